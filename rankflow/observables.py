@@ -1,0 +1,84 @@
+"""The observables of THEORY.md, computed inside jit from the factors (A, B).
+
+Names are the results-table columns. Singular values of ``W = ABᵀ`` come from the
+r×r core ``R_A R_Bᵀ`` of the thin QR factors when ``r < min(m, n)`` (exact by orthogonal
+invariance, and cheap), from ``W`` itself otherwise.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+__all__ = ["OBSERVABLES", "num_singular_values", "observables", "singular_values"]
+
+# Scalar columns, in table order; ``sv_1 … sv_k`` follow them.
+OBSERVABLES = (
+    "loss",
+    "l2_loss",
+    "star_loss",
+    "l2_penalty",
+    "nuclear_norm",
+    "frob_minus_nuc",
+    "balance_gap",
+    "balance_trace",
+    "balance_nuclear",
+    "effective_rank",
+    "stable_rank",
+    "rank",
+)
+
+
+def num_singular_values(m: int, n: int, r: int) -> int:
+    """How many singular values ``W = ABᵀ`` (m×n, inner dimension r) can have."""
+    return min(m, n, r)
+
+
+def singular_values(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Array, " k"]:
+    """Singular values of ``ABᵀ``, descending, ``k = min(m, n, r)`` of them."""
+    m, r = A.shape
+    n = B.shape[0]
+    if r < min(m, n):
+        Ra = jnp.linalg.qr(A, mode="r")
+        Rb = jnp.linalg.qr(B, mode="r")
+        return jnp.linalg.svd(Ra @ Rb.T, compute_uv=False)
+    return jnp.linalg.svd(A @ B.T, compute_uv=False)[: num_singular_values(m, n, r)]
+
+
+def observables(
+    A: Float[Array, "m r"],
+    B: Float[Array, "n r"],
+    loss: Float[Array, ""],
+    lam: Float[Array, ""],
+    rank_tol: float,
+) -> dict[str, Array]:
+    """Every column of THEORY.md's observables table, plus ``balance_nuclear``
+    (``‖AᵀA − BᵀB‖_*``, so that the T2 bound ``½·balance_nuclear`` can be drawn).
+
+    ``loss`` is the data loss ``L(ABᵀ)``, computed by the caller's problem.
+    Returns scalars, and the singular values under ``"sv"`` (shape ``(k,)``).
+    """
+    s = singular_values(A, B)
+    l2_penalty = 0.5 * (jnp.sum(A**2) + jnp.sum(B**2))
+    nuclear = jnp.sum(s)
+    D = A.T @ A - B.T @ B
+    total = jnp.where(nuclear > 0, nuclear, 1.0)
+    p = s / total
+    entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
+    top = s[0]
+    return {
+        "loss": loss,
+        "l2_loss": loss + lam * l2_penalty,
+        "star_loss": loss + lam * nuclear,
+        "l2_penalty": l2_penalty,
+        "nuclear_norm": nuclear,
+        "frob_minus_nuc": l2_penalty - nuclear,
+        "balance_gap": jnp.sqrt(jnp.sum(D**2)),
+        "balance_trace": jnp.sum(A**2) - jnp.sum(B**2),
+        "balance_nuclear": jnp.sum(jnp.abs(jnp.linalg.eigvalsh(D))),
+        # A zero matrix has effective, stable and numerical rank 0.
+        "effective_rank": jnp.where(nuclear > 0, jnp.exp(entropy), 0.0),
+        "stable_rank": jnp.where(top > 0, jnp.sum(s**2) / jnp.where(top > 0, top, 1.0) ** 2, 0.0),
+        "rank": jnp.sum(s > rank_tol * top).astype(s.dtype),
+        "sv": s,
+    }

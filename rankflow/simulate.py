@@ -1,0 +1,259 @@
+"""One structural config → one compiled, vmapped program → a tidy results table.
+
+A *point* is one resolved config (a sweep expands into many). Points that differ only
+in the numeric keys of ``config.NUMERIC_KEYS`` share one :class:`Program`: those
+values (and the Monte Carlo path index) are traced inputs, batched with ``vmap``, so a
+sweep over 100 values of λ compiles once.
+
+Programs save observables only (``SaveAt(ts, fn=...)`` for flows, a scan that computes
+them at the save steps for optimizers), never whole trajectories.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pandas as pd
+
+from . import config as config_lib
+from .flows import factor_grads, gradient_flow_field, make_solver
+from .observables import OBSERVABLES, num_singular_values, observables
+from .optimizers import make_optimizer
+from .problems import Problem, init_factors, make_problem
+
+__all__ = ["Program", "STATUS", "TRACE_COUNTS", "program_for", "simulate"]
+
+STATUS = ("ok", "diverged", "max_steps")  # codes 0, 1, 2
+# Keys of the per-run parameter batch: the numeric config keys and the path index.
+PARAM_KEYS = config_lib.NUMERIC_KEYS + ("path",)
+# How many times each structure's program has been traced (tests assert it stays 1).
+TRACE_COUNTS: dict[str, int] = defaultdict(int)
+# Structural columns always present in a table (swept structural keys are added).
+STRUCT_COLUMNS = ("problem.kind", "init.kind", "dynamics.kind", "solver.method", "model.r")
+
+
+@dataclass
+class Program:
+    """The compiled program of one structure. ``run(params)`` takes a dict of 1-d
+    arrays (one entry per run, keys ``PARAM_KEYS``) and returns numpy arrays:
+    every observable with shape ``(runs, saves)``, ``sv`` ``(runs, saves, k)`` and
+    ``status`` ``(runs, saves)`` (codes into ``STATUS``)."""
+
+    point: dict[str, Any]
+    key: str
+    problem: Problem = field(init=False)
+    ts: np.ndarray = field(init=False)
+    dtype: Any = field(init=False)
+
+    def __post_init__(self):
+        self.problem = make_problem(self.point)
+        self.ts = np.asarray(config_lib.save_times(self.point))
+        self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
+        self._jitted = jax.jit(jax.vmap(self._single))
+
+    @property
+    def num_sv(self) -> int:
+        return num_singular_values(*self.problem.shape, self.point["model"]["r"])
+
+    def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with jax.enable_x64(self.point["x64"]):
+            batch = {k: jnp.asarray(params[k], self._param_dtype(k)) for k in PARAM_KEYS}
+            out = self._jitted(batch)
+            return jax.tree.map(np.asarray, out)
+
+    def _param_dtype(self, k: str):
+        return jnp.int32 if k in ("seed", "problem.seed", "path") else self.dtype
+
+    # -- the traced program --------------------------------------------------------------
+
+    def _single(self, p: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        TRACE_COUNTS[self.key] += 1
+        pt, problem, dtype = self.point, self.problem, self.dtype
+        base = jax.random.PRNGKey(p["seed"])
+        data_key = jax.random.fold_in(jax.random.PRNGKey(p["problem.seed"]), 0)
+        init_key = jax.random.fold_in(base, 1)
+        noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
+        del noise_key  # no stochastic dynamics yet
+        data = problem.make_data(data_key, p["problem.noise"], dtype)
+        theta0 = init_factors(
+            pt["init"]["kind"],
+            init_key,
+            problem,
+            data,
+            pt["model"]["r"],
+            p["init.scale"],
+            p["init.imbalance"],
+            dtype,
+        )
+        hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
+        if pt["dynamics"]["kind"] in config_lib.CONTINUOUS_DYNAMICS:
+            obs, reached, max_steps_hit = self._integrate(theta0, data, hyper)
+        else:
+            obs, reached, max_steps_hit = self._iterate(theta0, data, hyper)
+        return self._finish(obs, reached, max_steps_hit)
+
+    def _observe(self, theta, data, hyper):
+        A, B = theta
+        out = observables(
+            A, B, self.problem.loss(A @ B.T, data), hyper["lam"], self.point["save"]["rank_tol"]
+        )
+        out["_max_abs"] = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
+        return out
+
+    def _finish(self, obs, reached, max_steps_hit):
+        """Status per save: diverged from the first save whose state is non-finite or
+        beyond ``solver.diverge_norm``, or that the solver never reached; observables
+        are NaN wherever the status is not ok."""
+        limit = self.point["solver"]["diverge_norm"]
+        max_abs = obs.pop("_max_abs")
+        blown = ~(max_abs <= limit) | ~reached  # NaN compares False: counted as blown
+        blown = jnp.cumsum(blown) > 0  # sticky: diverged from then on
+        status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
+        obs = jax.tree.map(
+            lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
+            obs,
+        )
+        obs["status"] = status
+        return obs
+
+    def _integrate(self, theta0, data, hyper):
+        s = self.point["solver"]
+        ts = jnp.asarray(self.ts, self.dtype)
+        controller = (
+            diffrax.PIDController(rtol=s["rtol"], atol=s["atol"])
+            if s["adaptive"]
+            else diffrax.ConstantStepSize()
+        )
+        limit = s["diverge_norm"]
+
+        def blowup(t, y, args, **kwargs):
+            A, B = y
+            m = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
+            return ~(m <= limit)
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(gradient_flow_field(self.problem)),
+            make_solver(s["method"]),
+            t0=0.0,
+            t1=float(self.ts[-1]),
+            # Adaptive solves pick their first step (a fixed first step can overshoot a
+            # fast start into NaN, from which the controller never recovers).
+            dt0=None if s["adaptive"] else s["dt"],
+            y0=theta0,
+            args=(data, hyper),
+            saveat=diffrax.SaveAt(ts=ts, fn=lambda t, y, args: self._observe(y, *args)),
+            stepsize_controller=controller,
+            max_steps=s["max_steps"],
+            # Adaptive solves stop at a blow-up instead of shrinking dt until max_steps;
+            # fixed-step solves are checked at the saves (NaN propagates), at no cost.
+            event=diffrax.Event(blowup) if s["adaptive"] else None,
+            throw=False,
+        )
+        reached = jnp.isfinite(sol.ts)
+        max_steps_hit = sol.result == diffrax.RESULTS.max_steps_reached
+        return sol.ys, reached, max_steps_hit
+
+    def _iterate(self, theta0, data, hyper):
+        kind = self.point["dynamics"]["kind"]
+        opt = make_optimizer(kind, hyper)
+        grads = factor_grads(self.problem)
+        steps = np.rint(self.ts).astype(np.int64)
+        gaps = np.diff(np.concatenate([[0], steps]))
+
+        def step(carry):
+            theta, state = carry
+            updates, state = opt.update(grads(theta, data), state, theta)
+            return optax.apply_updates(theta, updates), state
+
+        def advance(carry, n):
+            carry = jax.lax.fori_loop(0, n, lambda _, c: step(c), carry)
+            return carry, self._observe(carry[0], data, hyper)
+
+        carry = (theta0, opt.init(theta0))
+        if len(gaps) > 1 and np.all(gaps[1:] == gaps[1]):
+            # Evenly spaced saves: static inner scans, no dynamic trip count.
+            carry, first = advance(carry, int(gaps[0]))
+            every = int(gaps[1])
+
+            def interval(c, _):
+                c = jax.lax.scan(lambda cc, _: (step(cc), None), c, length=every)[0]
+                return c, self._observe(c[0], data, hyper)
+
+            _, rest = jax.lax.scan(interval, carry, length=len(gaps) - 1)
+            obs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+        else:
+            _, obs = jax.lax.scan(advance, carry, jnp.asarray(gaps))
+        true = jnp.ones(len(self.ts), bool)
+        return obs, true, ~true
+
+
+_PROGRAMS: dict[str, Program] = {}
+
+
+def program_for(point: Mapping[str, Any]) -> Program:
+    """The (cached) program of a point's structure."""
+    key = config_lib.structure_key(point)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = Program(dict(point), key)
+    return _PROGRAMS[key]
+
+
+def _params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
+    flat = config_lib.flatten(point)
+    out = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
+    if out["problem.seed"] is None:
+        out["problem.seed"] = out["seed"]
+    out["path"] = path
+    return out
+
+
+def simulate(cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """Run every point of a resolved config (see ``config.resolve``) and return the
+    tidy table: one row per run × path × save, columns as in DESIGN.md."""
+    points = config_lib.expand(cfg)
+    swept = [k for k in (cfg.get("sweep") or {}) if k not in config_lib.NUMERIC_KEYS]
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, point in enumerate(points):
+        groups[config_lib.structure_key(point)].append(i)
+    frames = []
+    for members in groups.values():
+        program = program_for(points[members[0]])
+        paths = points[members[0]]["dynamics"]["paths"]
+        runs = [(i, path) for i in members for path in range(paths)]
+        rows = [_params_of(points[i], path) for i, path in runs]
+        params = {k: np.array([r[k] for r in rows]) for k in PARAM_KEYS}
+        out = program.run(params)
+        frames.append(_table(program, points, runs, rows, out, swept))
+    df = pd.concat(frames, ignore_index=True)
+    return df.sort_values(["run_id", "path", "t"], kind="stable", ignore_index=True)
+
+
+def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
+    T = len(program.ts)
+    n = len(runs)
+    cols: dict[str, Any] = {
+        "run_id": np.repeat([i for i, _ in runs], T),
+        "path": np.repeat([p for _, p in runs], T),
+        "t": np.tile(program.ts, n),
+        "status": pd.Categorical.from_codes(
+            out["status"].reshape(-1).astype(np.int64), categories=list(STATUS)
+        ),
+    }
+    for k in config_lib.NUMERIC_KEYS:
+        cols[k] = np.repeat([r[k] for r in rows], T)
+    for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
+        cols[k] = np.repeat([config_lib.flatten(points[i])[k] for i, _ in runs], T)
+    for name in OBSERVABLES:
+        cols[name] = out[name].reshape(-1).astype(np.float64)
+    sv = out["sv"].reshape(n * T, -1)
+    for j in range(sv.shape[1]):
+        cols[f"sv_{j + 1}"] = sv[:, j].astype(np.float64)
+    return pd.DataFrame(cols)
