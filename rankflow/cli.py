@@ -11,11 +11,12 @@ from . import config as config_lib
 
 DEMO_CONFIG = {
     "name": "demo: the paper's Fig. 1 toy",
+    "x64": True,
     "problem": {"kind": "diagonal", "singular_values": [0.2, 0.4, 0.6, 0.8, 1.0]},
     "model": {"r": 5},
     "init": {"kind": "gaussian", "scale": 0.3},
     "dynamics": {"kind": "gd", "eta": 0.1},
-    "save": {"t1": 4000, "num": 201},
+    "save": {"t1": 2000, "num": 201},
     "sweep": {"dynamics.lam": [0.0, 0.01, 0.03, 0.1], "seed": [0, 1, 2]},
 }
 

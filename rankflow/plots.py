@@ -347,6 +347,12 @@ def balance_figure(
     )
 
     ax_b.set_yscale("log")
+    # Theory lines keep decaying below what the measurement can resolve (rounding floor):
+    # keep the axis on the measured range.
+    measured = np.concatenate([gap.to_numpy(), _values(df, "frob_minus_nuc").to_numpy()])
+    measured = measured[np.isfinite(measured) & (measured > 0)]
+    if measured.size:
+        ax_b.set_ylim(bottom=measured.min() / 10, top=measured.max() * 3)
     ax_b.set(xlabel=tlab, ylabel="imbalance (log scale)")
     ax_b.set_title(r"(b) balancing at rate $2\eta\lambda$ (T4)", fontsize="medium")
     ax_b.legend(

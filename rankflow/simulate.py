@@ -60,6 +60,10 @@ class Program:
         self._jitted = jax.jit(jax.vmap(self._single))
 
     @property
+    def continuous(self) -> bool:
+        return self.point["dynamics"]["kind"] in config_lib.CONTINUOUS_DYNAMICS
+
+    @property
     def num_sv(self) -> int:
         return num_singular_values(*self.problem.shape, self.point["model"]["r"])
 
@@ -94,7 +98,7 @@ class Program:
             dtype,
         )
         hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
-        if pt["dynamics"]["kind"] in config_lib.CONTINUOUS_DYNAMICS:
+        if self.continuous:
             obs, reached, max_steps_hit = self._integrate(theta0, data, hyper)
         else:
             obs, reached, max_steps_hit = self._iterate(theta0, data, hyper)
@@ -250,7 +254,10 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
     for k in config_lib.NUMERIC_KEYS:
         cols[k] = np.repeat([r[k] for r in rows], T)
     for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
-        cols[k] = np.repeat([config_lib.flatten(points[i])[k] for i, _ in runs], T)
+        values = [config_lib.flatten(points[i])[k] for i, _ in runs]
+        if k.startswith("solver.") and not program.continuous:
+            values = [None] * len(values)  # optimizers use no ODE solver
+        cols[k] = np.repeat(values, T)
     for name in OBSERVABLES:
         cols[name] = out[name].reshape(-1).astype(np.float64)
     sv = out["sv"].reshape(n * T, -1)
