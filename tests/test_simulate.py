@@ -267,3 +267,50 @@ def test_sims_examples_write_valid_tables(name, tmp_path, monkeypatch):
     meta = (out / "config.json").read_text()
     assert '"versions"' in meta and '"jax"' in meta
     assert math.isclose(df["t"].max(), t1)
+
+
+def test_T3_gradient_flow_reaches_the_nuclear_norm_minimiser_on_sensing():
+    from rankflow import theory
+
+    lam = 0.1
+    cfg = {
+        "x64": True,
+        "problem": {"kind": "sensing", "m": 6, "n": 5, "rank": 2, "samples": 200, "noise": 0.2},
+        "model": {"r": 4},  # r ≥ rank of the minimiser
+        "init": {"kind": "gaussian", "scale": 0.3},
+        "dynamics": {"kind": "gradient_flow", "eta": 1.0, "lam": lam},
+        "solver": {"rtol": 1e-11, "atol": 1e-13},
+        "save": {"ts": [0, 1000, 2000]},
+    }
+    df = rankflow.run(cfg)
+    problem = make_problem(C.resolve(cfg))
+    with jax.enable_x64(True):
+        data_key = jax.random.fold_in(jax.random.PRNGKey(0), 0)  # the run's data (seed 0)
+        data = problem.make_data(data_key, jnp.float64(0.2), jnp.float64)
+        res = theory.nuclear_minimiser(problem, data, lam)
+        assert bool(res.converged)
+        s_star = np.linalg.svd(np.asarray(res.W), compute_uv=False)
+        f_star = float(problem.loss(res.W, data)) + lam * s_star.sum()
+    final = df.iloc[-1]
+    assert s_star[2] < 1e-12 and final["rank"] == 2  # weight decay removed two directions
+    np.testing.assert_allclose(final[["sv_1", "sv_2"]].to_numpy(float), s_star[:2], rtol=1e-8)
+    assert final["star_loss"] == pytest.approx(f_star, rel=1e-10)
+    assert final["l2_loss"] == pytest.approx(f_star, rel=1e-10)  # balanced: L_L2 = L_* (T1)
+    assert df.iloc[0]["star_loss"] > f_star + 0.1  # it started far away
+
+
+def test_T3_diagonal_limit_is_soft_thresholding():
+    s, lam = [0.05, 0.3, 0.6, 1.0], 0.1
+    df = rankflow.run(
+        {
+            "x64": True,
+            "problem": {"kind": "diagonal", "singular_values": s},
+            "init": {"kind": "gaussian", "scale": 0.3},
+            "dynamics": {"kind": "gradient_flow", "eta": 1.0, "lam": lam},
+            "solver": {"rtol": 1e-11, "atol": 1e-13},
+            "save": {"ts": [0, 1500]},
+        }
+    )
+    svt = np.maximum(np.sort(s)[::-1] - lam, 0.0)
+    final = df.iloc[-1][["sv_1", "sv_2", "sv_3", "sv_4"]].to_numpy(float)
+    np.testing.assert_allclose(final, svt, atol=1e-9)
