@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +45,51 @@ class ConfigError(ValueError):
 
 PROBLEM_KINDS = ("diagonal", "sensing", "completion", "regression", "custom")
 INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
-# Dynamics kinds are registered by rankflow.dynamics; this tuple is the full vocabulary
-# of THEORY.md, so that a name from the paper is recognised even before it runs.
-CONTINUOUS_DYNAMICS = ("gradient_flow",)
-DISCRETE_DYNAMICS = ("gd",)
+# The dynamics of THEORY.md: continuous flows (diffrax) and discrete optimizers (optax).
+CONTINUOUS_DYNAMICS = (
+    "gradient_flow",
+    "stochastic_flow",
+    "momentum_flow",
+    "momentum_flow_coupled",
+    "stochastic_momentum_flow",
+)
+DISCRETE_DYNAMICS = (
+    "gd",
+    "sgd",
+    "sgd_gaussian",
+    "momentum",
+    "momentum_coupled",
+    "adamw",
+    "adam_l2",
+)
 DYNAMICS_KINDS = CONTINUOUS_DYNAMICS + DISCRETE_DYNAMICS
+SDE_DYNAMICS = ("stochastic_flow", "stochastic_momentum_flow")
+# Dynamics whose noise is the Gaussian σ of THEORY.md (sgd's comes from minibatches).
+SIGMA_DYNAMICS = SDE_DYNAMICS + ("sgd_gaussian",)
+STOCHASTIC_DYNAMICS = SIGMA_DYNAMICS + ("sgd",)
+MOMENTUM_DYNAMICS = (
+    "momentum_flow",
+    "momentum_flow_coupled",
+    "stochastic_momentum_flow",
+    "momentum",
+    "momentum_coupled",
+)
+# The flow each optimizer discretises (dt = 1), for `rankflow compare`.
+FLOW_OF = {
+    "gd": "gradient_flow",
+    "sgd_gaussian": "stochastic_flow",
+    "momentum": "momentum_flow",
+    "momentum_coupled": "momentum_flow_coupled",
+}
 ADAPTIVE_METHODS = ("tsit5", "dopri5", "dopri8", "bosh3")
 FIXED_METHODS = ("euler", "heun", "midpoint", "ralston", "rk4")
 ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
+# Solvers for the additive-noise SDEs: Euler–Maruyama, Heun, and the stochastic
+# Runge–Kutta methods that use space-time Lévy area (SEA: strong order 1; ShARK, SRA1:
+# strong order 1.5 for additive noise). ShARK, SRA1 and Heun can also step adaptively.
+SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
+SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
+METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
 
 # Keys whose values are traced inputs of the compiled program: a sweep over any of
 # them shares one compilation. Every other key is structural (one program per value).
@@ -151,7 +189,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "solver": {
         "method": Field(
-            _STR, "tsit5", "diffrax solver (continuous dynamics)", _one_of(ODE_METHODS)
+            _STR,
+            None,
+            "diffrax solver of continuous dynamics (default: tsit5 for ODEs, shark for SDEs)",
+            _one_of(METHODS),
+            optional=True,
         ),
         "adaptive": Field(
             _BOOL,
@@ -376,23 +418,61 @@ def _check_consistency(cfg: dict[str, Any]) -> None:
             "use gaussian, balanced or imbalanced"
         )
 
-    continuous = d["kind"] in CONTINUOUS_DYNAMICS
-    if d["sigma"] > 0 and d["kind"] in ("gradient_flow", "gd"):
-        raise ConfigError(
-            f"dynamics.sigma: {d['kind']} is deterministic and needs sigma = 0, got "
-            f"{d['sigma']} (use a stochastic dynamics for noise)"
+    kind = d["kind"]
+    continuous = kind in CONTINUOUS_DYNAMICS
+    if d["sigma"] > 0 and kind not in SIGMA_DYNAMICS:
+        why = (
+            "its noise comes from minibatches (dynamics.batch)"
+            if kind == "sgd"
+            else "it is deterministic"
         )
-    if continuous:
-        adaptive_ok = s["method"] in ADAPTIVE_METHODS
-        if s["adaptive"] is None:
-            s["adaptive"] = adaptive_ok
-        elif s["adaptive"] and not adaptive_ok:
+        raise ConfigError(
+            f"dynamics.sigma: must be 0 for {kind} ({why}), got {d['sigma']}; Gaussian noise "
+            f"needs one of {', '.join(SIGMA_DYNAMICS)}"
+        )
+    if d["paths"] > 1 and kind not in STOCHASTIC_DYNAMICS:
+        raise ConfigError(
+            f"dynamics.paths: {kind} is deterministic and has one path, got {d['paths']}; "
+            f"Monte Carlo paths need one of {', '.join(STOCHASTIC_DYNAMICS)}"
+        )
+    if kind in ("momentum", "momentum_coupled") and not d["mu"] <= 1:
+        raise ConfigError(
+            f"dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in "
+            f"(0, 1], got {d['mu']}"
+        )
+    if kind == "sgd":
+        if not p_has_samples(p):
             raise ConfigError(
-                f"solver.adaptive: {s['method']} has no error estimate; adaptive solves need "
-                f"one of {', '.join(ADAPTIVE_METHODS)}"
+                f"dynamics.kind: sgd samples minibatches of data; problem.kind = "
+                f"{p['kind']!r} has none (use sensing, completion or regression, or "
+                f"sgd_gaussian for Gaussian gradient noise)"
             )
-    elif s["adaptive"] is None:
-        s["adaptive"] = False
+        if d["batch"] > p["samples"]:
+            raise ConfigError(
+                f"dynamics.batch: must be ≤ problem.samples = {p['samples']}, got {d['batch']}"
+            )
+    if continuous:
+        sde = kind in SDE_DYNAMICS
+        if s["method"] is None:
+            s["method"] = "shark" if sde else "tsit5"
+        allowed = SDE_METHODS if sde else ODE_METHODS
+        if s["method"] not in allowed:
+            what = "an SDE" if sde else "an ODE"
+            raise ConfigError(
+                f"solver.method: {kind} is {what}; {s['method']!r} is not a solver for it, "
+                f"use one of {', '.join(allowed)}"
+            )
+        can_adapt = SDE_ADAPTIVE_METHODS if sde else ADAPTIVE_METHODS
+        if s["adaptive"] is None:
+            s["adaptive"] = s["method"] in can_adapt and not sde
+        elif s["adaptive"] and s["method"] not in can_adapt:
+            raise ConfigError(
+                f"solver.adaptive: {s['method']} has no error estimate here; adaptive "
+                f"{'SDE' if sde else 'ODE'} solves need one of {', '.join(can_adapt)}"
+            )
+    else:
+        if s["adaptive"] is None:
+            s["adaptive"] = False
 
     if sv["ts"] is not None:
         ts = sv["ts"]
@@ -408,6 +488,27 @@ def _check_consistency(cfg: dict[str, Any]) -> None:
                     f"save.num: discrete dynamics save at whole steps; t = {t:g} is not one "
                     f"(choose save.num so that t1/(num-1) is an integer, or give save.ts)"
                 )
+
+
+def p_has_samples(problem: Mapping[str, Any]) -> bool:
+    """Whether a problem's loss averages over data points (minibatches make sense)."""
+    return problem["kind"] in ("sensing", "completion", "regression")
+
+
+def warn_deterministic(points: list[Mapping[str, Any]]) -> None:
+    """Say once that stochastic dynamics with σ = 0 run as deterministic ones."""
+    quiet = sorted(
+        {
+            p["dynamics"]["kind"]
+            for p in points
+            if p["dynamics"]["kind"] in SIGMA_DYNAMICS and p["dynamics"]["sigma"] == 0
+        }
+    )
+    if quiet:
+        warnings.warn(
+            f"dynamics.sigma = 0: {', '.join(quiet)} run without noise (deterministic)",
+            stacklevel=2,
+        )
 
 
 def load_callable(spec: str | Callable) -> Callable:
@@ -471,7 +572,7 @@ def resolve(
             raise ConfigError(f"sweep.{key}: expected a non-empty list of values, got {values!r}")
         sweep[key] = [_check_value(key, v) for v in values]
     # Validate every combination now, so that no bad point surfaces after compiling.
-    expand(cfg)
+    warn_deterministic(expand(cfg))
     if all(k in NUMERIC_KEYS for k in sweep):
         # One structure: fill the derived values (diagonal's m, n; solver.adaptive; ...)
         # so that the saved config is the one that ran. With structural sweep keys the

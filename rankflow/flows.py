@@ -11,18 +11,40 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import diffrax
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from diffrax._local_interpolation import ThirdOrderHermitePolynomialInterpolation
 from diffrax._solver.runge_kutta import AbstractERK, ButcherTableau
 
 from .problems import Problem
 
-__all__ = ["RK4", "factor_grads", "gradient_flow_field", "make_solver"]
+__all__ = [
+    "RK4",
+    "AdditiveNoise",
+    "drift_field",
+    "factor_grads",
+    "factors_of",
+    "gradient_flow_field",
+    "initial_state",
+    "make_solver",
+    "momentum_flow_field",
+    "noise_term",
+]
 
 
-def factor_grads(problem: Problem) -> Callable:
-    """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``."""
+def factor_grads(problem: Problem, minibatch: bool = False) -> Callable:
+    """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``; with
+    ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``."""
+
+    if minibatch:
+
+        def batch_loss(theta, data, idx):
+            A, B = theta
+            return problem.batch_loss(A @ B.T, data, idx)
+
+        return jax.grad(batch_loss)
 
     def data_loss(theta, data):
         A, B = theta
@@ -31,16 +53,113 @@ def factor_grads(problem: Problem) -> Callable:
     return jax.grad(data_loss)
 
 
+def _axpy(a, x, y):
+    """``a·x + y`` leaf by leaf."""
+    return jax.tree.map(lambda xi, yi: a * xi + yi, x, y)
+
+
+def _scale(a, x):
+    return jax.tree.map(lambda xi: a * xi, x)
+
+
 def gradient_flow_field(problem: Problem) -> Callable:
-    """GF (THEORY.md): ``dθ/dt = −η(∇L(θ) + λθ)``."""
+    """GF (THEORY.md): ``dθ/dt = −η(∇L(θ) + λθ)``; also the drift of SGF."""
     grads = factor_grads(problem)
 
     def field(t, theta, args):
         data, hyper = args
-        g = grads(theta, data)
-        return jax.tree.map(lambda gi, th: -hyper["eta"] * (gi + hyper["lam"] * th), g, theta)
+        return _scale(-hyper["eta"], _axpy(hyper["lam"], theta, grads(theta, data)))
 
     return field
+
+
+def momentum_flow_field(problem: Problem, coupled: bool = False) -> Callable:
+    """Momentum flow on the state ``(θ, M)`` (THEORY.md), M(0) = 0 as for the optimizers.
+
+    Decoupled: ``dM/dt = μ(∇L − M)``, ``dθ/dt = −η(M + λθ)`` (also the drift of the
+    stochastic momentum flow). Coupled (L2 in the loss): ``dM/dt = μ(∇L + λθ − M)``,
+    ``dθ/dt = −ηM``.
+    """
+    grads = factor_grads(problem)
+
+    def field(t, state, args):
+        data, hyper = args
+        theta, M = state
+        eta, lam, mu = hyper["eta"], hyper["lam"], hyper["mu"]
+        g = grads(theta, data)
+        if coupled:
+            g = _axpy(lam, theta, g)
+            dtheta = _scale(-eta, M)
+        else:
+            dtheta = _scale(-eta, _axpy(lam, theta, M))
+        dM = _scale(mu, _axpy(-1.0, M, g))
+        return dtheta, dM
+
+    return field
+
+
+def drift_field(kind: str, problem: Problem) -> Callable:
+    """The (drift) vector field of a continuous ``dynamics.kind``."""
+    if kind in ("gradient_flow", "stochastic_flow"):
+        return gradient_flow_field(problem)
+    if kind in ("momentum_flow", "stochastic_momentum_flow"):
+        return momentum_flow_field(problem)
+    if kind == "momentum_flow_coupled":
+        return momentum_flow_field(problem, coupled=True)
+    raise ValueError(f"dynamics.kind: no flow named {kind!r}")
+
+
+def initial_state(kind: str, theta0):
+    """The flow's state at t = 0: θ, or (θ, M = 0) for momentum flows."""
+    if "momentum" in kind:
+        return theta0, jax.tree.map(jnp.zeros_like, theta0)
+    return theta0
+
+
+def factors_of(kind: str, state):
+    """The factors ``θ = (A, B)`` of a flow's state."""
+    return state[0] if "momentum" in kind else state
+
+
+class AdditiveNoise(diffrax.ControlTerm):
+    """Additive noise ``c·dW`` on part of the state: ``vf`` returns the scalar ``c``,
+    the Brownian control lives on the noisy part only (no draws wasted on the rest),
+    and ``embed`` places ``c·dW`` into a state-shaped pytree (zeros elsewhere).
+
+    Additive noise: Itô and Stratonovich coincide, so every SDE solver applies.
+    """
+
+    embed: Callable = eqx.field(static=True)
+
+    def __init__(self, scale_fn, control, embed):
+        super().__init__(scale_fn, control)
+        self.embed = embed
+
+    def prod(self, vf, control):
+        return self.embed(jax.tree.map(lambda c: vf * c, control))
+
+
+def noise_term(kind: str, theta0, brownian_for: Callable) -> AdditiveNoise:
+    """The diffusion term of an SDE ``dynamics.kind``, with Brownian motion made by
+    ``brownian_for(shape)`` (shape: a pytree of ``jax.ShapeDtypeStruct``).
+
+    SGF: ``ησ dW`` on θ. Stochastic momentum flow: ``μσ dW`` on M (the gradient noise
+    enters the momentum, THEORY.md).
+    """
+    shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), theta0)
+    if kind == "stochastic_flow":
+        return AdditiveNoise(
+            lambda t, y, args: args[1]["eta"] * args[1]["sigma"],
+            brownian_for(shape),
+            lambda noise: noise,
+        )
+    if kind == "stochastic_momentum_flow":
+        return AdditiveNoise(
+            lambda t, y, args: args[1]["mu"] * args[1]["sigma"],
+            brownian_for(shape),
+            lambda noise: (jax.tree.map(jnp.zeros_like, noise), noise),
+        )
+    raise ValueError(f"dynamics.kind: {kind!r} is not an SDE")
 
 
 _rk4_tableau = ButcherTableau(
@@ -72,7 +191,13 @@ _SOLVERS = {
     "midpoint": diffrax.Midpoint,
     "ralston": diffrax.Ralston,
     "rk4": RK4,
+    "sea": diffrax.SEA,
+    "shark": diffrax.ShARK,
+    "sra1": diffrax.SRA1,
 }
+
+# Solvers that need space-time Lévy area from the Brownian path.
+NEEDS_LEVY_AREA = ("sea", "shark", "sra1")
 
 
 def make_solver(method: str) -> diffrax.AbstractSolver:

@@ -24,7 +24,15 @@ import optax
 import pandas as pd
 
 from . import config as config_lib
-from .flows import factor_grads, gradient_flow_field, make_solver
+from .flows import (
+    NEEDS_LEVY_AREA,
+    drift_field,
+    factor_grads,
+    factors_of,
+    initial_state,
+    make_solver,
+    noise_term,
+)
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import make_optimizer
 from .problems import Problem, init_factors, make_problem
@@ -45,10 +53,16 @@ class Program:
     """The compiled program of one structure. ``run(params)`` takes a dict of 1-d
     arrays (one entry per run, keys ``PARAM_KEYS``) and returns numpy arrays:
     every observable with shape ``(runs, saves)``, ``sv`` ``(runs, saves, k)`` and
-    ``status`` ``(runs, saves)`` (codes into ``STATUS``)."""
+    ``status`` ``(runs, saves)`` (codes into ``STATUS``).
+
+    With ``save = "states"`` it returns the factors ``theta = (A, B)`` at the saves
+    instead of observables (and the momentum ``M`` of momentum flows): memory
+    O(saves × state), for analyses that need trajectories (``rankflow compare``, tests).
+    """
 
     point: dict[str, Any]
     key: str
+    save: str = "observables"
     problem: Problem = field(init=False)
     ts: np.ndarray = field(init=False)
     dtype: Any = field(init=False)
@@ -57,11 +71,12 @@ class Program:
         self.problem = make_problem(self.point)
         self.ts = np.asarray(config_lib.save_times(self.point))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
+        self.kind = self.point["dynamics"]["kind"]
         self._jitted = jax.jit(jax.vmap(self._single))
 
     @property
     def continuous(self) -> bool:
-        return self.point["dynamics"]["kind"] in config_lib.CONTINUOUS_DYNAMICS
+        return self.kind in config_lib.CONTINUOUS_DYNAMICS
 
     @property
     def num_sv(self) -> int:
@@ -84,8 +99,8 @@ class Program:
         base = jax.random.PRNGKey(p["seed"])
         data_key = jax.random.fold_in(jax.random.PRNGKey(p["problem.seed"]), 0)
         init_key = jax.random.fold_in(base, 1)
+        # Paths of one run share data and start, and differ in their noise only.
         noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
-        del noise_key  # no stochastic dynamics yet
         data = problem.make_data(data_key, p["problem.noise"], dtype)
         theta0 = init_factors(
             pt["init"]["kind"],
@@ -99,16 +114,21 @@ class Program:
         )
         hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
         if self.continuous:
-            obs, reached, max_steps_hit = self._integrate(theta0, data, hyper)
+            obs, reached, max_steps_hit = self._integrate(theta0, data, hyper, noise_key)
         else:
-            obs, reached, max_steps_hit = self._iterate(theta0, data, hyper)
+            obs, reached, max_steps_hit = self._iterate(theta0, data, hyper, noise_key)
         return self._finish(obs, reached, max_steps_hit)
 
-    def _observe(self, theta, data, hyper):
+    def _observe(self, state, data, hyper):
+        theta = factors_of(self.kind, state) if self.continuous else state
         A, B = theta
-        out = observables(
-            A, B, self.problem.loss(A @ B.T, data), hyper["lam"], self.point["save"]["rank_tol"]
-        )
+        if self.save == "states":
+            out = {"theta": theta}
+            if self.continuous and "momentum" in self.kind:
+                out["M"] = state[1]
+        else:
+            loss = self.problem.loss(A @ B.T, data)
+            out = observables(A, B, loss, hyper["lam"], self.point["save"]["rank_tol"])
         out["_max_abs"] = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
         return out
 
@@ -128,60 +148,104 @@ class Program:
         obs["status"] = status
         return obs
 
-    def _integrate(self, theta0, data, hyper):
+    def _integrate(self, theta0, data, hyper, noise_key):
         s = self.point["solver"]
-        ts = jnp.asarray(self.ts, self.dtype)
+        kind, adaptive = self.kind, s["adaptive"]
+        t1 = float(self.ts[-1])
+        limit = s["diverge_norm"]
+        terms = diffrax.ODETerm(drift_field(kind, self.problem))
+        adjoint = diffrax.RecursiveCheckpointAdjoint()
+        if kind in config_lib.SDE_DYNAMICS:
+            levy = (
+                diffrax.SpaceTimeLevyArea
+                if s["method"] in NEEDS_LEVY_AREA
+                else diffrax.BrownianIncrement
+            )
+            if adaptive:
+                # Adaptive steps need a Brownian path consistent under refinement.
+                def brownian_for(shape):
+                    return diffrax.VirtualBrownianTree(
+                        0.0,
+                        t1,
+                        tol=1e-3 * min(s["dt"], t1),
+                        shape=shape,
+                        key=noise_key,
+                        levy_area=levy,
+                    )
+            else:
+                # Fixed steps: one fresh draw per step is exact and ~20× cheaper than a
+                # VirtualBrownianTree (DESIGN.md's measured facts).
+                def brownian_for(shape):
+                    return diffrax.UnsafeBrownianPath(shape, noise_key, levy_area=levy)
+
+                adjoint = diffrax.DirectAdjoint()
+            terms = diffrax.MultiTerm(terms, noise_term(kind, theta0, brownian_for))
         controller = (
             diffrax.PIDController(rtol=s["rtol"], atol=s["atol"])
-            if s["adaptive"]
+            if adaptive
             else diffrax.ConstantStepSize()
         )
-        limit = s["diverge_norm"]
 
         def blowup(t, y, args, **kwargs):
-            A, B = y
+            A, B = factors_of(kind, y)
             m = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
             return ~(m <= limit)
 
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(gradient_flow_field(self.problem)),
+            terms,
             make_solver(s["method"]),
             t0=0.0,
-            t1=float(self.ts[-1]),
+            t1=t1,
             # Adaptive solves pick their first step (a fixed first step can overshoot a
             # fast start into NaN, from which the controller never recovers).
-            dt0=None if s["adaptive"] else s["dt"],
-            y0=theta0,
+            dt0=None if adaptive else s["dt"],
+            y0=initial_state(kind, theta0),
             args=(data, hyper),
-            saveat=diffrax.SaveAt(ts=ts, fn=lambda t, y, args: self._observe(y, *args)),
+            saveat=diffrax.SaveAt(
+                ts=jnp.asarray(self.ts, self.dtype),
+                fn=lambda t, y, args: self._observe(y, *args),
+            ),
             stepsize_controller=controller,
+            adjoint=adjoint,
             max_steps=s["max_steps"],
             # Adaptive solves stop at a blow-up instead of shrinking dt until max_steps;
             # fixed-step solves are checked at the saves (NaN propagates), at no cost.
-            event=diffrax.Event(blowup) if s["adaptive"] else None,
+            event=diffrax.Event(blowup) if adaptive else None,
             throw=False,
         )
         reached = jnp.isfinite(sol.ts)
         max_steps_hit = sol.result == diffrax.RESULTS.max_steps_reached
         return sol.ys, reached, max_steps_hit
 
-    def _iterate(self, theta0, data, hyper):
-        kind = self.point["dynamics"]["kind"]
-        opt = make_optimizer(kind, hyper)
-        grads = factor_grads(self.problem)
+    def _iterate(self, theta0, data, hyper, noise_key):
+        opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
+        grads = factor_grads(self.problem, minibatch=self.kind == "sgd")
+        batch_key = jax.random.fold_in(noise_key, 1)
+        batch = self.point["dynamics"]["batch"]
         steps = np.rint(self.ts).astype(np.int64)
         gaps = np.diff(np.concatenate([[0], steps]))
 
         def step(carry):
-            theta, state = carry
-            updates, state = opt.update(grads(theta, data), state, theta)
-            return optax.apply_updates(theta, updates), state
+            theta, state, k = carry
+            if self.kind == "sgd":
+                # A fresh minibatch, without replacement, at every step k.
+                idx = jax.random.choice(
+                    jax.random.fold_in(batch_key, k),
+                    self.problem.samples,
+                    (batch,),
+                    replace=False,
+                )
+                g = grads(theta, data, idx)
+            else:
+                g = grads(theta, data)
+            updates, state = opt.update(g, state, theta)
+            return optax.apply_updates(theta, updates), state, k + 1
 
         def advance(carry, n):
             carry = jax.lax.fori_loop(0, n, lambda _, c: step(c), carry)
             return carry, self._observe(carry[0], data, hyper)
 
-        carry = (theta0, opt.init(theta0))
+        carry = (theta0, opt.init(theta0), jnp.asarray(0, jnp.int32))
         if len(gaps) > 1 and np.all(gaps[1:] == gaps[1]):
             # Evenly spaced saves: static inner scans, no dynamic trip count.
             carry, first = advance(carry, int(gaps[0]))
@@ -202,11 +266,11 @@ class Program:
 _PROGRAMS: dict[str, Program] = {}
 
 
-def program_for(point: Mapping[str, Any]) -> Program:
+def program_for(point: Mapping[str, Any], save: str = "observables") -> Program:
     """The (cached) program of a point's structure."""
-    key = config_lib.structure_key(point)
+    key = config_lib.structure_key(point) + save
     if key not in _PROGRAMS:
-        _PROGRAMS[key] = Program(dict(point), key)
+        _PROGRAMS[key] = Program(dict(point), key, save)
     return _PROGRAMS[key]
 
 

@@ -131,7 +131,7 @@ def test_sweep_over_50_lambdas_compiles_once():
         "save": {"t1": 37, "num": 38},  # a structure no other test uses
         "sweep": {"dynamics.lam": list(np.linspace(0.0, 0.2, 50))},
     }
-    key = C.structure_key(C.expand(C.resolve(cfg))[0])
+    key = program_for(C.expand(C.resolve(cfg))[0]).key
     assert TRACE_COUNTS[key] == 0
     df = rankflow.run(cfg)
     assert df["run_id"].nunique() == 50 and df["dynamics.lam"].nunique() == 50
