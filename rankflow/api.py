@@ -9,8 +9,7 @@ from typing import Any
 import pandas as pd
 
 from . import config as config_lib
-from .simulate import simulate
-from .store import write_results
+from .sweep import enable_compilation_cache, execute
 
 __all__ = ["run"]
 
@@ -20,24 +19,36 @@ def run(
     *,
     overrides: Mapping[str, Any] | None = None,
     out: str | Path | None = None,
+    resume: bool = False,
+    chunk: int | None = None,
+    executor: str = "local",
+    slurm: Mapping[str, Any] | None = None,
+    quiet: bool = True,
 ) -> pd.DataFrame:
-    """Validate ``config`` (a TOML path or a nested dict as in the TOML), run every point
-    of its sweep, and return the tidy results table.
+    """Validate ``config``, run every point of its sweep, and return the tidy table.
 
     Args:
       config: path to a TOML file, or a nested dict with the same sections. For
         ``problem.kind = "custom"``, ``problem.loss`` may be a Python callable ``L(W)``.
       overrides: dotted keys to set first, e.g. ``{"dynamics.lam": 0.1}``.
-      out: if given, a results directory to write (``results.parquet``, ``config.json``).
+      out: a results directory to write chunk by chunk (see ``rankflow.store``).
+      resume: continue the sweep already in ``out`` (same config), skipping finished
+        chunks.
+      chunk: runs per chunk (default: sized to the problem's memory).
+      executor: ``"local"`` (every local device) or ``"submitit"`` (a SLURM job array;
+        options in ``slurm``: partition, time (minutes), gpus_per_task,
+        array_parallelism, jobs, cluster).
+      quiet: no progress bar.
 
     Returns:
-      One row per run × path × saved time; see DESIGN.md for the columns.
+      One row per run × path × saved time; see the README for the columns.
 
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
     cfg = config_lib.resolve(config, overrides)
-    df = simulate(cfg)
-    if out is not None:
-        write_results(out, df, config_lib.to_json(cfg))
+    enable_compilation_cache()
+    df, _ = execute(
+        cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
+    )
     return df

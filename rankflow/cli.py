@@ -31,9 +31,14 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="run one config (and its [sweep]) and write a results directory",
-        description="Run CONFIG.toml: every point of its [sweep] (numeric axes share one "
-        "compiled program). Writes DIR/results.parquet and DIR/config.json.",
+        aliases=["sweep"],
+        help="run one config and its [sweep] (chunked, resumable, on every device or "
+        "on SLURM) into a results directory",
+        description="Run CONFIG.toml: every point of its [sweep]. Numeric axes share one "
+        "compiled program per structure and run vmapped in chunks, sharded over all "
+        "local devices; each finished chunk is written atomically to "
+        "DIR/results.parquet/, so a killed sweep continues with --resume. "
+        "`rankflow sweep` is the same command.",
         epilog=_keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -48,6 +53,57 @@ def _parser() -> argparse.ArgumentParser:
         "values are TOML literals, e.g. --set sweep.seed=[0,1,2])",
     )
     run.add_argument("--out", required=True, metavar="DIR", help="results directory")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in DIR (same config), skipping finished chunks",
+    )
+    run.add_argument(
+        "--chunk",
+        type=int,
+        metavar="N",
+        help="runs per chunk (default: sized so a chunk needs ≲ 256 MiB)",
+    )
+    run.add_argument(
+        "--executor",
+        choices=("local", "submitit"),
+        default="local",
+        help="local: this process, every local device; submitit: a SLURM job "
+        "array, one task per group of chunks (default: %(default)s)",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    slurm = run.add_argument_group("SLURM (--executor submitit)")
+    slurm.add_argument("--partition", help="SLURM partition")
+    slurm.add_argument(
+        "--time",
+        type=int,
+        default=60,
+        metavar="MIN",
+        help="time limit of each task in minutes (default: %(default)s)",
+    )
+    slurm.add_argument("--gpus-per-task", type=int, metavar="N", help="GPUs per task")
+    slurm.add_argument(
+        "--array-parallelism", type=int, metavar="N", help="tasks of the array running at once"
+    )
+    slurm.add_argument(
+        "--jobs", type=int, metavar="N", help="array tasks (default: one per unfinished chunk)"
+    )
+    slurm.add_argument(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit cluster (default: slurm where sbatch exists, else local subprocesses)",
+    )
+
+    plot = sub.add_parser(
+        "plot",
+        help="quick look at a results directory: median and interquartile band over seeds/paths",
+    )
+    plot.add_argument("results", metavar="DIR", help="results directory")
+    plot.add_argument("--x", default="t", help="x column (default: %(default)s)")
+    plot.add_argument("--y", default="balance_gap", help="y column (default: %(default)s)")
+    plot.add_argument("--hue", help="one line per value of this column, e.g. dynamics.lam")
+    plot.add_argument("--logy", action="store_true", help="log-scale y axis")
+    plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
 
     demo = sub.add_parser(
         "demo",
@@ -77,21 +133,48 @@ def _keys_help() -> str:
     return "\n".join(lines)
 
 
-def _summary(df, out: Path, seconds: float) -> str:
-    last = df.sort_values("t").groupby(["run_id", "path"]).tail(1)
-    runs = len(last)
-    diverged = int((last["status"] != "ok").sum())
-    return f"{runs} runs ({diverged} not ok), {len(df)} rows in {seconds:.1f} s → {out}"
-
-
 def cmd_run(args) -> int:
-    from .api import run
+    from .sweep import enable_compilation_cache, execute
 
+    if args.chunk is not None and args.chunk < 1:
+        raise config_lib.ConfigError(f"--chunk: must be ≥ 1, got {args.chunk}")
     overrides = config_lib.parse_set(args.sets)
     cfg = config_lib.resolve(args.config, overrides)  # errors here, before compiling
-    t0 = time.perf_counter()
-    df = run(cfg, out=args.out)
-    print(_summary(df, Path(args.out), time.perf_counter() - t0))
+    enable_compilation_cache()
+    slurm = {
+        "partition": args.partition,
+        "time": args.time,
+        "gpus_per_task": args.gpus_per_task,
+        "array_parallelism": args.array_parallelism,
+        "jobs": args.jobs,
+        "cluster": args.cluster,
+    }
+    _, summary = execute(
+        cfg,
+        args.out,
+        resume=args.resume,
+        chunk=args.chunk,
+        executor=args.executor,
+        slurm=slurm,
+        quiet=args.quiet,
+    )
+    print(f"{summary.line()} → {args.out}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from . import plots
+    from .store import load
+
+    df = load(args.results)
+    for col in (args.x, args.y, args.hue):
+        if col is not None and col not in df.columns:
+            raise config_lib.ConfigError(
+                f"--{'x' if col == args.x else 'y' if col == args.y else 'hue'}: no column "
+                f"{col!r} in {args.results}; columns: {', '.join(df.columns)}"
+            )
+    plots.quick_plot(df, x=args.x, y=args.y, hue=args.hue, logy=args.logy, out_path=args.out)
+    print(f"figure → {args.out}")
     return 0
 
 
@@ -101,10 +184,10 @@ def cmd_demo(args) -> int:
 
     out = Path(args.out)
     t0 = time.perf_counter()
-    df = run(DEMO_CONFIG, out=out)
+    df = run(DEMO_CONFIG, out=out, resume=True)
     fig_path = out / "balance.png"
     plots.balance_figure(df, fig_path, target_sv=DEMO_CONFIG["problem"]["singular_values"])
-    print(_summary(df, out, time.perf_counter() - t0))
+    print(f"{df['run_id'].nunique()} runs in {time.perf_counter() - t0:.1f} s → {out}")
     print(f"figure → {fig_path}")
     return 0
 
@@ -112,7 +195,8 @@ def cmd_demo(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "demo": cmd_demo}[args.command](args)
+        command = {"run": cmd_run, "sweep": cmd_run, "plot": cmd_plot, "demo": cmd_demo}
+        return command[args.command](args)
     except config_lib.ConfigError as e:
         print(f"rankflow: error: {e}", file=sys.stderr)
         return 2

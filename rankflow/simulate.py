@@ -83,10 +83,26 @@ class Program:
         return num_singular_values(*self.problem.shape, self.point["model"]["r"])
 
     def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run a batch of runs. With several devices, the batch is sharded across all of
+        them (padded to a multiple of their number); each run's arithmetic is the same
+        whatever the number of devices."""
+        n = len(params["seed"])
+        devices = jax.devices()
+        padded = -(-n // len(devices)) * len(devices)
         with jax.enable_x64(self.point["x64"]):
-            batch = {k: jnp.asarray(params[k], self._param_dtype(k)) for k in PARAM_KEYS}
+            batch = {
+                k: jnp.asarray(
+                    np.pad(np.asarray(params[k]), (0, padded - n), mode="edge"),
+                    self._param_dtype(k),
+                )
+                for k in PARAM_KEYS
+            }
+            if len(devices) > 1:
+                mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+                sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+                batch = jax.device_put(batch, sharding)
             out = self._jitted(batch)
-            return jax.tree.map(np.asarray, out)
+            return jax.tree.map(lambda x: np.asarray(x)[:n], out)
 
     def _param_dtype(self, k: str):
         return jnp.int32 if k in ("seed", "problem.seed", "path") else self.dtype
@@ -274,7 +290,7 @@ def program_for(point: Mapping[str, Any], save: str = "observables") -> Program:
     return _PROGRAMS[key]
 
 
-def _params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
+def params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
     flat = config_lib.flatten(point)
     out = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
     if out["problem.seed"] is None:
@@ -283,24 +299,50 @@ def _params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
     return out
 
 
+_params_of = params_of  # former name
+
+
+def swept_structure_keys(cfg: Mapping[str, Any]) -> list[str]:
+    """Structural keys a config sweeps over (they become table columns)."""
+    return [k for k in (cfg.get("sweep") or {}) if k not in config_lib.NUMERIC_KEYS]
+
+
+def run_runs(
+    points: list[dict[str, Any]],
+    runs: list[tuple[int, int]],
+    swept: list[str],
+    pad_to: int | None = None,
+) -> pd.DataFrame:
+    """Run ``runs`` — ``(point index, path)`` pairs of one structure — as one batch of
+    the structure's program and return their rows. ``pad_to`` pads the batch (with
+    copies of its last run, dropped afterwards) so that every chunk of a sweep has the
+    same shape and the program compiles once."""
+    program = program_for(points[runs[0][0]])
+    rows = [params_of(points[i], path) for i, path in runs]
+    padded = rows + [rows[-1]] * max(0, (pad_to or 0) - len(rows))
+    params = {k: np.array([r[k] for r in padded]) for k in PARAM_KEYS}
+    out = jax.tree.map(lambda x: x[: len(rows)], program.run(params))
+    return _table(program, points, runs, rows, out, swept)
+
+
 def simulate(cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """Run every point of a resolved config (see ``config.resolve``) and return the
-    tidy table: one row per run × path × save, columns as in DESIGN.md."""
+    """Run every point of a resolved config (see ``config.resolve``) in memory, one
+    batch per structure, and return the tidy table: one row per run × path × save.
+    (``rankflow.sweep`` runs the same in chunks, on all devices, resumably.)"""
     points = config_lib.expand(cfg)
-    swept = [k for k in (cfg.get("sweep") or {}) if k not in config_lib.NUMERIC_KEYS]
     groups: dict[str, list[int]] = defaultdict(list)
     for i, point in enumerate(points):
         groups[config_lib.structure_key(point)].append(i)
     frames = []
     for members in groups.values():
-        program = program_for(points[members[0]])
         paths = points[members[0]]["dynamics"]["paths"]
         runs = [(i, path) for i in members for path in range(paths)]
-        rows = [_params_of(points[i], path) for i, path in runs]
-        params = {k: np.array([r[k] for r in rows]) for k in PARAM_KEYS}
-        out = program.run(params)
-        frames.append(_table(program, points, runs, rows, out, swept))
-    df = pd.concat(frames, ignore_index=True)
+        frames.append(run_runs(points, runs, swept_structure_keys(cfg)))
+    return sort_rows(pd.concat(frames, ignore_index=True))
+
+
+def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The canonical row order of a results table."""
     return df.sort_values(["run_id", "path", "t"], kind="stable", ignore_index=True)
 
 
