@@ -105,6 +105,30 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--logy", action="store_true", help="log-scale y axis")
     plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
 
+    compare = sub.add_parser(
+        "compare",
+        help="run a discrete optimizer and its flow side by side: trajectory distance, "
+        "per-step contraction (T5), order in η (T8), SGF mean against T6",
+        description="Run CONFIG.toml's optimizer (dynamics.kind: gd, sgd_gaussian, momentum "
+        "or momentum_coupled) and the flow it discretises on the same problem, start and "
+        "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR. "
+        "Options: --set compare.paths=64 (Monte Carlo paths of sgd_gaussian when "
+        "dynamics.paths = 1), compare.window_start=0 and compare.window=50 (gd: steps of the "
+        "contraction window), compare.halvings=3 (η, η/2, …, η/2^halvings), "
+        "compare.order_t1 (horizon of the order measurement in steps at η; default "
+        "save.t1).",
+    )
+    compare.add_argument("config", help="TOML config naming a discrete optimizer")
+    compare.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key or a compare.* option (repeatable)",
+    )
+    compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
+
     demo = sub.add_parser(
         "demo",
         help="a short built-in demo: GD on the paper's 5×5 toy "
@@ -178,6 +202,16 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .compare import compare
+
+    t0 = time.perf_counter()
+    tables = compare(args.config, out=args.out, overrides=config_lib.parse_set(args.sets))
+    print(f"{', '.join(tables)} in {time.perf_counter() - t0:.1f} s → {args.out}")
+    print(f"summary → {Path(args.out) / 'summary.md'}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from . import plots
     from .api import run
@@ -196,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         command = {"run": cmd_run, "sweep": cmd_run, "plot": cmd_plot, "demo": cmd_demo}
+        command["compare"] = cmd_compare
         return command[args.command](args)
     except config_lib.ConfigError as e:
         print(f"rankflow: error: {e}", file=sys.stderr)

@@ -107,17 +107,27 @@ class Program:
     def _param_dtype(self, k: str):
         return jnp.int32 if k in ("seed", "problem.seed", "path") else self.dtype
 
+    def data(self, params: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """The problem data of one run (``params``: one run's values, as from
+        :func:`params_of`), exactly as the program draws them."""
+        with jax.enable_x64(self.point["x64"]):
+            p = {k: jnp.asarray(params[k], self._param_dtype(k)) for k in PARAM_KEYS}
+            return self._make_data(p)
+
+    def _make_data(self, p):
+        data_key = jax.random.fold_in(jax.random.PRNGKey(p["problem.seed"]), 0)
+        return self.problem.make_data(data_key, p["problem.noise"], self.dtype)
+
     # -- the traced program --------------------------------------------------------------
 
     def _single(self, p: dict[str, jax.Array]) -> dict[str, jax.Array]:
         TRACE_COUNTS[self.key] += 1
         pt, problem, dtype = self.point, self.problem, self.dtype
         base = jax.random.PRNGKey(p["seed"])
-        data_key = jax.random.fold_in(jax.random.PRNGKey(p["problem.seed"]), 0)
         init_key = jax.random.fold_in(base, 1)
         # Paths of one run share data and start, and differ in their noise only.
         noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
-        data = problem.make_data(data_key, p["problem.noise"], dtype)
+        data = self._make_data(p)
         theta0 = init_factors(
             pt["init"]["kind"],
             init_key,
@@ -297,9 +307,6 @@ def params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
         out["problem.seed"] = out["seed"]
     out["path"] = path
     return out
-
-
-_params_of = params_of  # former name
 
 
 def swept_structure_keys(cfg: Mapping[str, Any]) -> list[str]:

@@ -129,3 +129,147 @@ def test_cli_bad_input_exit_2_one_line_nothing_compiled(tmp_path, capsys, toml, 
 def test_cli_missing_file(tmp_path, capsys):
     assert cli.main(["run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# --- dynamics, noise, paths and solvers ---------------------------------------------------
+
+_NOISY = "stochastic_flow, stochastic_momentum_flow, sgd_gaussian"
+
+
+@pytest.mark.parametrize(
+    "cfg, field, allowed",
+    [
+        ({"dynamics": {"kind": "gd", "sigma": 0.1}}, "dynamics.sigma", _NOISY),
+        ({"dynamics": {"kind": "gradient_flow", "sigma": 0.1}}, "dynamics.sigma", _NOISY),
+        ({"dynamics": {"kind": "momentum", "sigma": 0.1}}, "dynamics.sigma", _NOISY),
+        (
+            {"problem": {"kind": "sensing"}, "dynamics": {"kind": "sgd", "sigma": 0.1}},
+            "dynamics.sigma",
+            _NOISY,
+        ),
+        ({"dynamics": {"kind": "momentum_flow", "mu": 0}}, "dynamics.mu", "> 0"),
+        ({"dynamics": {"kind": "momentum_flow_coupled", "mu": -1.0}}, "dynamics.mu", "> 0"),
+        ({"dynamics": {"kind": "momentum", "mu": 1.5}}, "dynamics.mu", "(0, 1]"),
+        ({"dynamics": {"kind": "momentum_coupled", "mu": 2}}, "dynamics.mu", "(0, 1]"),
+        (
+            {"problem": {"kind": "sensing", "samples": 20}, "dynamics": {"kind": "sgd"}},
+            "dynamics.batch",
+            "≤ problem.samples = 20",
+        ),
+        ({"dynamics": {"kind": "sgd"}}, "dynamics.kind", "sensing, completion or regression"),
+        ({"dynamics": {"paths": 0}}, "dynamics.paths", "≥ 1"),
+        (
+            {"dynamics": {"kind": "gd", "paths": 4}},
+            "dynamics.paths",
+            _NOISY + ", sgd",
+        ),
+        (
+            {"dynamics": {"kind": "gradient_flow", "paths": 2}},
+            "dynamics.paths",
+            _NOISY + ", sgd",
+        ),
+        (
+            {"dynamics": {"kind": "stochastic_flow", "sigma": 0.1}, "solver": {"method": "tsit5"}},
+            "solver.method",
+            "euler, heun, sea, shark, sra1",
+        ),
+        (
+            {
+                "dynamics": {"kind": "stochastic_momentum_flow", "sigma": 0.1},
+                "solver": {"method": "dopri5"},
+            },
+            "solver.method",
+            "euler, heun, sea, shark, sra1",
+        ),
+        ({"solver": {"method": "shark"}}, "solver.method", "tsit5, dopri5"),
+        (
+            {"dynamics": {"kind": "momentum_flow"}, "solver": {"method": "sra1"}},
+            "solver.method",
+            "tsit5, dopri5",
+        ),
+        (
+            {
+                "dynamics": {"kind": "stochastic_flow", "sigma": 0.1},
+                "solver": {"method": "euler", "adaptive": True},
+            },
+            "solver.adaptive",
+            "heun, shark, sra1",
+        ),
+        # A bad combination inside a structural sweep is found before anything runs.
+        (
+            {"dynamics": {"sigma": 0.1}, "sweep": {"dynamics.kind": ["stochastic_flow", "gd"]}},
+            "dynamics.sigma",
+            _NOISY,
+        ),
+    ],
+)
+def test_bad_dynamics_input_names_the_field_and_the_allowed_values(cfg, field, allowed):
+    before = dict(TRACE_COUNTS)
+    msg = _error(cfg)
+    assert msg.startswith(f"{field}:"), msg
+    assert allowed in msg, msg
+    assert dict(TRACE_COUNTS) == before
+
+
+def _sigma_warnings(record):
+    return [w for w in record if "dynamics.sigma = 0" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"dynamics": {"kind": "stochastic_flow"}},
+        {"dynamics": {"kind": "sgd_gaussian"}},
+        {"dynamics": {"kind": "stochastic_momentum_flow", "sigma": 0.0}},
+        # Many quiet points, two kinds: still one warning, naming both.
+        {
+            "dynamics": {"kind": "stochastic_flow"},
+            "sweep": {
+                "dynamics.kind": ["stochastic_flow", "sgd_gaussian"],
+                "dynamics.sigma": [0.0, 0.1],
+                "seed": [0, 1],
+            },
+        },
+    ],
+)
+def test_stochastic_dynamics_without_noise_warn_once_per_resolve(cfg):
+    import warnings
+
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            C.resolve(cfg)
+        assert len(_sigma_warnings(record)) == 1, [str(w.message) for w in record]
+    message = str(_sigma_warnings(record)[0].message)
+    kinds = cfg.get("sweep", {}).get("dynamics.kind", [cfg["dynamics"]["kind"]])
+    assert all(k in message for k in kinds), message
+
+
+def test_noisy_stochastic_dynamics_do_not_warn():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        C.resolve({"dynamics": {"kind": "stochastic_flow", "sigma": 0.1}})
+        C.resolve({"dynamics": {"kind": "gd"}})
+    assert _sigma_warnings(record) == []
+
+
+def test_stochastic_dynamics_without_noise_still_run():
+    import warnings
+
+    import numpy as np
+
+    cfg = {
+        "dynamics": {"kind": "sgd_gaussian", "eta": 0.1, "paths": 2},
+        "save": {"t1": 10, "num": 3},
+    }
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        df = rankflow.run(cfg)
+    assert len(_sigma_warnings(record)) == 1
+    assert (df["status"] == "ok").all() and len(df) == 2 * 3
+    assert df["loss"].notna().all()
+    # No noise: both paths are the same deterministic run.
+    a, b = (run["loss"].to_numpy() for _, run in df.groupby("path"))
+    np.testing.assert_array_equal(a, b)
