@@ -129,6 +129,58 @@ def _parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
+    inspect = sub.add_parser(
+        "inspect",
+        help="inspect a pretrained safetensors checkpoint for the balance fingerprint "
+        "of weight decay, head by head, against a null pairing",
+        description="Read PATH (a .safetensors file, a sharded model.safetensors.index.json, "
+        "or a folder holding either plus config.json) one layer at a time with numpy, and "
+        "measure per layer, head and pair (key–query: A = W_Q^h, B = W_K^h; value–output: "
+        "A = W_V^h, B = W_O^hᵀ) the relative balance gap ‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + "
+        "‖BᵀB‖_F), the correlation of the Gram entries, frob_minus_nuc / l2_penalty and the "
+        "ranks of ABᵀ, beside a null pairing (B of another head). Writes DIR/heads.parquet "
+        "and heads.csv (the table), grams.parquet, summary.md, scatter.png, layers.png, and "
+        "inspect.json last.",
+    )
+    inspect.add_argument("path", metavar="PATH", help="checkpoint file, index or folder")
+    inspect.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    inspect.add_argument(
+        "--arch",
+        choices=("auto", "bert", "gpt2", "llama", "vit"),
+        default="auto",
+        help="tensor naming and layout (default: %(default)s: config.json's model_type, "
+        "else the tensor names)",
+    )
+    inspect.add_argument(
+        "--layers",
+        nargs="+",
+        metavar="L",
+        help="layers to inspect, e.g. --layers 0 3 5-7 -1 or --layers 0,3 (default: all)",
+    )
+    inspect.add_argument(
+        "--heads",
+        type=int,
+        metavar="N",
+        help="number of query heads, overriding config.json (needed without it unless the "
+        "family's usual head dimension is right)",
+    )
+    inspect.add_argument(
+        "--scatter",
+        nargs="+",
+        metavar="LAYER:HEAD",
+        help="heads for the Gram scatter figure (default: head 0 of the first, middle and "
+        "last inspected layers)",
+    )
+    inspect.add_argument(
+        "--rank-tol",
+        type=float,
+        default=1e-3,
+        metavar="TOL",
+        help="numerical rank counts singular values > TOL·s_1 (default: %(default)s)",
+    )
+    inspect.add_argument("--no-figures", action="store_true", help="write tables only")
+    inspect.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
+
     demo = sub.add_parser(
         "demo",
         help="a short built-in demo: GD on the paper's 5×5 toy "
@@ -212,6 +264,28 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_inspect(args) -> int:
+    from .inspect import inspect_checkpoint
+
+    t0 = time.perf_counter()
+    res = inspect_checkpoint(
+        args.path,
+        out=args.out,
+        arch=args.arch,
+        layers=args.layers,
+        heads=args.heads,
+        scatter=args.scatter,
+        rank_tol=args.rank_tol,
+        figures=not args.no_figures,
+        progress=False if args.quiet else None,
+    )
+    if not args.quiet:
+        print(res.summary)
+    n = len(res.meta["layers"])
+    print(f"{n} layers in {time.perf_counter() - t0:.1f} s → {args.out}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from . import plots
     from .api import run
@@ -231,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command = {"run": cmd_run, "sweep": cmd_run, "plot": cmd_plot, "demo": cmd_demo}
         command["compare"] = cmd_compare
+        command["inspect"] = cmd_inspect
         return command[args.command](args)
     except config_lib.ConfigError as e:
         print(f"rankflow: error: {e}", file=sys.stderr)

@@ -1,0 +1,59 @@
+"""Inspect pretrained checkpoints for the fingerprints of weight decay.
+
+Weight decay on the two factors of a product balances them (THEORY.md T1, T4): for
+attention, head by head, ``W_Q^hᵀW_Q^h ≈ W_K^hᵀW_K^h`` (key–query) and
+``W_V^hᵀW_V^h ≈ W_O^h W_O^hᵀ`` (value–output). This package measures that on a
+safetensors checkpoint (BERT/RoBERTa/MiniLM, GPT-2, Llama/Mistral/Qwen with
+grouped-query attention and rotary embeddings, ViT), one layer at a time with numpy,
+against a null pairing of factors from different heads.
+
+    from rankflow.inspect import inspect_checkpoint
+    res = inspect_checkpoint("path/to/model", out="out/inspect")   # rankflow inspect
+    res.heads          # one row per (layer, pair, head or group)
+
+Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (naming and
+layout of each family, per-head factors), ``_stats`` (statistics of one pair),
+``_run`` (the loop, null pairing, summary and outputs).
+"""
+
+from ._checkpoint import Checkpoint as Checkpoint
+from ._checkpoint import InspectError as InspectError
+from ._checkpoint import open_checkpoint as open_checkpoint
+from ._families import ARCHS as ARCHS
+from ._families import LayerWeights as LayerWeights
+from ._families import Layout as Layout
+from ._families import canonical as canonical
+from ._families import infer_layout as infer_layout
+from ._families import layer_tensor_names as layer_tensor_names
+from ._run import PAIRS as PAIRS
+from ._run import Inspection as Inspection
+from ._run import inspect_checkpoint as inspect_checkpoint
+from ._run import inspect_layer as inspect_layer
+from ._run import load_inspection as load_inspection
+from ._run import parse_layers as parse_layers
+from ._run import theory_rows as theory_rows
+from ._stats import STATISTICS as STATISTICS
+from ._stats import Factor as Factor
+from ._stats import pair_statistics as pair_statistics
+
+__all__ = [
+    "ARCHS",
+    "PAIRS",
+    "STATISTICS",
+    "Checkpoint",
+    "Factor",
+    "InspectError",
+    "Inspection",
+    "LayerWeights",
+    "Layout",
+    "canonical",
+    "infer_layout",
+    "inspect_checkpoint",
+    "inspect_layer",
+    "layer_tensor_names",
+    "load_inspection",
+    "open_checkpoint",
+    "pair_statistics",
+    "parse_layers",
+    "theory_rows",
+]

@@ -1,0 +1,218 @@
+"""Safetensors checkpoints on disk: which files, which tensors, read one layer at a time.
+
+A checkpoint is a ``.safetensors`` file, a sharded index (``*.safetensors.index.json``)
+or a folder holding either, with an optional ``config.json`` beside it. Opening one
+reads the headers only (names, shapes, dtypes); tensor data is read by
+:meth:`Checkpoint.read`, which opens the shard files anew on every call.
+
+Why reopen: ``safe_open`` memory-maps the whole file, and every page a read touches
+stays resident (and counts in the process's RSS) until the map is closed. Reading all
+layers through one open map would end with the whole file resident; reopening per layer
+keeps the peak at about one layer's tensors, so checkpoints larger than memory work.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ConfigError
+
+__all__ = ["Checkpoint", "InspectError", "open_checkpoint"]
+
+# Dtypes read as weights; everything else (integer: quantized, F8: scaled) is refused.
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+class InspectError(ConfigError):
+    """A checkpoint cannot be inspected: missing, unreadable or truncated file, unknown
+    architecture, tensors that do not match the config. The message names the file
+    and, where there is one, the tensor."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The headers of a safetensors checkpoint.
+
+    ``path``: what the user named; ``files``: the safetensors files; ``where``: tensor
+    name → its file; ``shapes``/``dtypes``: from the headers (dtype as safetensors
+    spells it, e.g. ``"BF16"``); ``config``: the parsed ``config.json`` or ``None``.
+    """
+
+    path: Path
+    files: tuple[Path, ...]
+    where: dict[str, Path]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    config: dict | None
+    config_path: Path | None
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.where)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the safetensors files on disk."""
+        return sum(f.stat().st_size for f in self.files)
+
+    def describe(self, name: str) -> str:
+        """``'NAME' in FILE`` for error messages."""
+        return f"tensor {name!r} in {self.where.get(name, self.path)}"
+
+    def read(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """The named tensors as numpy arrays in their stored dtype (copies), opening
+        each file they live in once, and closing it before returning."""
+        from safetensors import SafetensorError, safe_open
+
+        by_file: dict[Path, list[str]] = {}
+        for name in names:
+            if name not in self.where:
+                raise InspectError(f"{self.path}: no tensor {name!r}")
+            by_file.setdefault(self.where[name], []).append(name)
+        out = {}
+        for file, group in by_file.items():
+            try:
+                with safe_open(str(file), framework="numpy") as f:
+                    for name in group:
+                        dtype = self.dtypes[name]
+                        if dtype not in FLOAT_DTYPES:
+                            raise InspectError(
+                                f"{self.describe(name)} has dtype {dtype}: only "
+                                f"{', '.join(FLOAT_DTYPES)} weights can be inspected "
+                                "(quantized or FP8 checkpoints are not supported)"
+                            )
+                        try:
+                            out[name] = f.get_tensor(name)
+                        except (SafetensorError, OSError, ValueError, TypeError) as e:
+                            raise InspectError(
+                                f"{self.describe(name)}: cannot read it ({e})"
+                            ) from e
+            except (SafetensorError, OSError) as e:
+                raise InspectError(f"{file}: cannot read safetensors file ({e})") from e
+        return out
+
+
+def _read_header(file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    from safetensors import SafetensorError, safe_open
+
+    if not file.exists():
+        raise InspectError(f"{file}: no such file")
+    if not file.is_file():
+        raise InspectError(f"{file}: not a file")
+    try:
+        with safe_open(str(file), framework="numpy") as f:
+            shapes, dtypes = {}, {}
+            for name in f.keys():
+                s = f.get_slice(name)
+                shapes[name] = tuple(int(d) for d in s.get_shape())
+                dtypes[name] = str(s.get_dtype())
+    except SafetensorError as e:
+        raise InspectError(
+            f"{file}: not a readable safetensors file ({e}); truncated or corrupt?"
+        ) from e
+    except OSError as e:
+        raise InspectError(f"{file}: cannot open it ({e})") from e
+    return shapes, dtypes
+
+
+def _read_json(file: Path, what: str) -> dict:
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InspectError(f"{file}: cannot read {what} ({e})") from e
+    if not isinstance(data, dict):
+        raise InspectError(f"{file}: {what} is not a JSON object")
+    return data
+
+
+def _resolve(path: Path) -> tuple[Path | None, Path | None, Path | None]:
+    """(single file, index file, config.json) for what the user named."""
+    if not path.exists():
+        raise InspectError(f"{path}: no such file or directory")
+    if path.is_dir():
+        indexes = sorted(path.glob("*" + INDEX_SUFFIX))
+        singles = sorted(path.glob("*.safetensors"))
+        config = path / "config.json"
+        config = config if config.is_file() else None
+        if len(indexes) == 1:
+            return None, indexes[0], config
+        if len(indexes) > 1:
+            names = ", ".join(p.name for p in indexes)
+            raise InspectError(f"{path}: several sharded indexes ({names}); name one of them")
+        if (path / "model.safetensors").is_file():
+            return path / "model.safetensors", None, config
+        if len(singles) == 1:
+            return singles[0], None, config
+        if len(singles) > 1:
+            names = ", ".join(p.name for p in singles[:6])
+            raise InspectError(
+                f"{path}: several .safetensors files ({names}) and no "
+                f"model{INDEX_SUFFIX}; name the file to inspect"
+            )
+        raise InspectError(
+            f"{path}: no .safetensors file or model{INDEX_SUFFIX} in this folder "
+            "(PyTorch .bin/.pt checkpoints must be converted to safetensors first)"
+        )
+    config = path.parent / "config.json"
+    config = config if config.is_file() else None
+    if path.name.endswith(INDEX_SUFFIX):
+        return None, path, config
+    if path.suffix == ".safetensors":
+        return path, None, config
+    raise InspectError(
+        f"{path}: not a safetensors checkpoint (expected a .safetensors file, a "
+        f"*{INDEX_SUFFIX} index or a folder holding one)"
+    )
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Read the headers (and ``config.json``) of the checkpoint at ``path``.
+
+    Raises :class:`InspectError` for a missing path, a truncated or corrupt file, an
+    index naming missing shards or tensors, or an unreadable ``config.json``.
+    """
+    path = Path(path)
+    single, index, config_path = _resolve(path)
+    where: dict[str, Path] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
+    if single is not None:
+        files = (single,)
+        shapes, dtypes = _read_header(single)
+        where = dict.fromkeys(shapes, single)
+    else:
+        data = _read_json(index, "the sharded-checkpoint index")
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InspectError(f"{index}: no 'weight_map' of tensor name → shard file")
+        files = tuple(sorted({index.parent / str(f) for f in weight_map.values()}))
+        headers = {}
+        for file in files:
+            if not file.is_file():
+                held = next(n for n, f in weight_map.items() if index.parent / str(f) == file)
+                raise InspectError(
+                    f"{index}: shard {file.name} (holding e.g. {held!r}) does not exist"
+                )
+            headers[file] = _read_header(file)
+        for name, f in weight_map.items():
+            file = index.parent / str(f)
+            s, d = headers[file]
+            if name not in s:
+                raise InspectError(f"{index}: tensor {name!r} is not in its shard {file}")
+            where[name], shapes[name], dtypes[name] = file, s[name], d[name]
+    config = _read_json(config_path, "config.json") if config_path is not None else None
+    return Checkpoint(
+        path=path,
+        files=files,
+        where=where,
+        shapes=shapes,
+        dtypes=dtypes,
+        config=config,
+        config_path=config_path,
+    )

@@ -1,0 +1,515 @@
+"""``inspect_checkpoint``: the balance fingerprint of weight decay, layer by layer.
+
+For every inspected layer: read its attention tensors (and nothing else), cut the
+per-head factors, compute :data:`~._stats.STATISTICS` for each key–query and
+value–output pair and for a null pairing, then drop the layer before the next one.
+Outputs are written only after every layer has been computed, each file atomically,
+and ``inspect.json`` last: a directory without it is not a finished inspection.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ._blas import single_threaded_blas
+from ._checkpoint import Checkpoint, InspectError, open_checkpoint
+from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
+from ._stats import STATISTICS, Factor, pair_statistics
+
+__all__ = ["Inspection", "PAIRS", "inspect_checkpoint", "load_inspection", "parse_layers"]
+
+PAIRS = ("qk", "vo")
+PAIR_NAMES = {"qk": "key–query", "vo": "value–output"}
+HEADS_TABLE, GRAMS_TABLE, META = "heads.parquet", "grams.parquet", "inspect.json"
+FIGURES = {"scatter": "scatter.png", "layers": "layers.png"}
+# Identity columns of the heads table, before the statistics and their null_ twins.
+ID_COLUMNS = (
+    "layer",
+    "pair",
+    "unit",
+    "head",
+    "group",
+    "null_partner",
+    "theory",
+    "bias",
+    "m",
+    "n",
+    "r",
+)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What :func:`inspect_checkpoint` found.
+
+    ``heads``: one row per (layer, pair, unit), columns :data:`ID_COLUMNS`, the
+    statistics and ``null_<statistic>``; ``grams``: the Gram entries of the scatter
+    heads; ``summary``: the per-layer text that the CLI prints; ``out``: the directory
+    written, if any.
+    """
+
+    heads: pd.DataFrame
+    grams: pd.DataFrame
+    layout: Layout
+    meta: dict
+    summary: str
+    out: Path | None = None
+
+
+# --- choosing layers and scatter heads -----------------------------------------------
+
+
+def parse_layers(spec: str | int | Iterable[int | str] | None, n_layers: int) -> list[int]:
+    """Layer indices from ``None`` (all), ints (negative: from the end) or strings
+    such as ``"0,3,5-7,-1"`` (``A-B`` inclusive). Sorted, without repeats."""
+    if spec is None:
+        return list(range(n_layers))
+    items = [spec] if isinstance(spec, str | int) else list(spec)
+    out: set[int] = set()
+    for item in items:
+        for tok in str(item).replace(",", " ").split():
+            m = re.fullmatch(r"(\d+)-(\d+)", tok)
+            if m:
+                lo, hi = int(m[1]), int(m[2])
+                if lo > hi:
+                    raise InspectError(f"--layers: empty range {tok!r}")
+                idx = list(range(lo, hi + 1))
+            elif re.fullmatch(r"-?\d+", tok):
+                idx = [int(tok)]
+            else:
+                raise InspectError(f"--layers: {tok!r} is not a layer, e.g. 0,3,5-7,-1")
+            for i in idx:
+                j = i + n_layers if i < 0 else i
+                if not 0 <= j < n_layers:
+                    raise InspectError(
+                        f"--layers: layer {i} does not exist (the model has {n_layers}: "
+                        f"0–{n_layers - 1})"
+                    )
+                out.add(j)
+    if not out:
+        raise InspectError("--layers: no layer selected")
+    return sorted(out)
+
+
+def _scatter_units(
+    scatter: Sequence[tuple[int, int] | str] | None, layers: list[int], layout: Layout
+) -> list[tuple[int, int]]:
+    """(layer, head) pairs for the scatter figure; default: head 0 of the first,
+    middle and last inspected layer."""
+    if scatter is None:
+        picks = [layers[0], layers[len(layers) // 2], layers[-1]]
+        return [(i, 0) for i in dict.fromkeys(picks)]
+    out = []
+    for item in scatter:
+        if isinstance(item, str):
+            m = re.fullmatch(r"(-?\d+):(\d+)", item.strip())
+            if not m:
+                raise InspectError(f"--scatter: {item!r} is not LAYER:HEAD, e.g. 3:0")
+            item = (int(m[1]), int(m[2]))
+        layer, head = (int(v) for v in item)
+        if layer < 0:
+            layer += layout.n_layers
+        if layer not in layers:
+            raise InspectError(f"--scatter: layer {item[0]} is not among the inspected layers")
+        if not 0 <= head < layout.n_heads:
+            raise InspectError(
+                f"--scatter: head {head} does not exist ({layout.n_heads} heads: "
+                f"0–{layout.n_heads - 1})"
+            )
+        out.append((layer, head))
+    return list(dict.fromkeys(out))
+
+
+# --- one layer -------------------------------------------------------------------------
+
+
+def _upper_entries(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    i, j = np.triu_indices(G.shape[0])
+    return i, j, G[i, j]
+
+
+def _gram_rows(layer, pair, unit, index, partner, a: Factor, b: Factor, b_null: Factor | None):
+    i, j, ga = _upper_entries(a.gram)
+    parts = [("pair", index, b)] + ([("null", partner, b_null)] if b_null is not None else [])
+    frames = []
+    for role, which, fb in parts:
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": layer,
+                    "pair": pair,
+                    "unit": unit,
+                    "index": index,
+                    "role": role,
+                    "b_index": which,
+                    "i": i,
+                    "j": j,
+                    "diagonal": i == j,
+                    "gram_a": ga,
+                    "gram_b": fb.gram[i, j],
+                }
+            )
+        )
+    return frames
+
+
+def inspect_layer(
+    lw: LayerWeights,
+    layout: Layout,
+    layer: int,
+    *,
+    rank_tol: float = 1e-3,
+    scatter: Iterable[int] = (),
+) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Rows of the heads table for one layer, and Gram entries for the theory units
+    whose index is in ``scatter``.
+
+    Multi-head attention (H_kv = H): one row per head and pair, ``unit = "head"``.
+    Grouped-query attention (H_kv < H, G = H/H_kv): per key/value group g a row
+    ``unit = "group"`` pairing the stacked query factors ``[W_Q^i; …]`` of the group with
+    ``W_K^g`` (Gram ``Σ_i W_Q^iᵀW_Q^i`` against ``W_KᵀW_K``), and ``W_V^g`` with the
+    stacked ``[W_O^iᵀ; …]`` (``W_VᵀW_V`` against ``Σ_i W_O^i W_O^iᵀ``): these balance
+    under weight decay (THEORY.md, grouped-query attention; the value–output form by
+    the same argument). Per query head a row ``unit = "head"`` pairs W_Q^h with its
+    shared W_K^g (and W_V^g with W_O^hᵀ); those are not predicted to balance.
+    The null partner is the next unit, cyclically (for GQA head rows: the same
+    position in the next group), so that it never shares the true partner.
+    """
+    H, Hkv, G = layout.n_heads, layout.n_kv_heads, layout.group_size
+    Q = [Factor.of(lw.query(h)) for h in range(H)]
+    O = [Factor.of(lw.output_t(h)) for h in range(H)]
+    K = [Factor.of(lw.key(g)) for g in range(Hkv)]
+    V = [Factor.of(lw.value(g)) for g in range(Hkv)]
+    bias = {"qk": lw.bq is not None or lw.bk is not None, "vo": lw.bv is not None}
+    scatter = set(scatter)
+    D, d = layout.d_model, layout.head_dim
+
+    units = []  # (unit, index, group, partner, theory, pair → (A, B, B_null, m, n))
+    if G == 1:
+        for h in range(H):
+            p = (h + 1) % H if H > 1 else None
+            units.append(
+                ("head", h, h, p, True, {
+                    "qk": (Q[h], K[h], None if p is None else K[p], D, D),
+                    "vo": (V[h], O[h], None if p is None else O[p], D, D),
+                })
+            )  # fmt: skip
+    else:
+        for g in range(Hkv):
+            p = (g + 1) % Hkv if Hkv > 1 else None
+            members = range(g * G, (g + 1) * G)
+            Qg = Factor.stack([Q[i] for i in members])
+            Og = Factor.stack([O[i] for i in members])
+            Op = None if p is None else Factor.stack([O[i] for i in range(p * G, (p + 1) * G)])
+            units.append(
+                ("group", g, g, p, True, {
+                    "qk": (Qg, K[g], None if p is None else K[p], G * D, D),
+                    "vo": (V[g], Og, Op, D, G * D),
+                })
+            )  # fmt: skip
+        for h in range(H):
+            g = h // G
+            p = (h + G) % H if Hkv > 1 else None
+            units.append(
+                ("head", h, g, p, False, {
+                    "qk": (Q[h], K[g], None if p is None else K[p // G], D, D),
+                    "vo": (V[g], O[h], None if p is None else O[p], D, D),
+                })
+            )  # fmt: skip
+
+    rows, grams = [], []
+    nan = dict.fromkeys(STATISTICS, float("nan"))
+    for unit, index, group, partner, theory, pairs in units:
+        for pair in PAIRS:
+            a, b, b_null, m, n = pairs[pair]
+            rotary = layout.rotary_dim if pair == "qk" else 0
+            stats = pair_statistics(a, b, rank_tol=rank_tol, rotary_dim=rotary)
+            null = (
+                nan
+                if b_null is None
+                else pair_statistics(a, b_null, rank_tol=rank_tol, rotary_dim=rotary)
+            )
+            rows.append(
+                {
+                    "layer": layer,
+                    "pair": pair,
+                    "unit": unit,
+                    "head": index if unit == "head" else -1,
+                    "group": group,
+                    "null_partner": -1 if partner is None else partner,
+                    "theory": theory,
+                    "bias": bias[pair],
+                    "m": m,
+                    "n": n,
+                    "r": d,
+                    **stats,
+                    **{f"null_{k}": v for k, v in null.items()},
+                }
+            )
+            if theory and index in scatter:
+                grams += _gram_rows(layer, pair, unit, index, partner, a, b, b_null)
+    return rows, grams
+
+
+# --- the summary -----------------------------------------------------------------------
+
+
+def theory_rows(heads: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose balance THEORY.md predicts: heads of multi-head attention,
+    key/value groups of grouped-query attention."""
+    return heads[heads["theory"]]
+
+
+def _fmt(x: float) -> str:
+    return "nan" if not np.isfinite(x) else f"{x:.3g}"
+
+
+def summarize(heads: pd.DataFrame, layout: Layout, meta: dict) -> str:
+    """Per-layer medians over the theory units, beside the null pairing's."""
+    t = theory_rows(heads)
+    unit = "groups" if layout.group_size > 1 else "heads"
+    index_col = "group" if layout.group_size > 1 else "head"
+    rotary = layout.rotary_dim > 0
+    lines = [
+        f"# rankflow inspect: {meta['checkpoint']}",
+        "",
+        f"{layout.arch} ({layout.model_type or 'no model_type'}), {layout.n_layers} layers, "
+        f"D = {layout.d_model}, {layout.n_heads} heads"
+        + (f", {layout.n_kv_heads} key/value heads" if layout.group_size > 1 else "")
+        + f", d_h = {layout.head_dim} (heads from {layout.source})",
+        "",
+    ]
+    lines += [f"- {note}" for note in meta["notes"]]
+    lines += [
+        "",
+        f"Medians over the {unit} of each layer; [null pairing: A of one {unit[:-1]} with B "
+        "of the next]. gap = ‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + ‖BᵀB‖_F); r_off = Pearson r of "
+        "the off-diagonal Gram entries; fmn = (½(‖A‖²+‖B‖²) − ‖ABᵀ‖_*) / ½(‖A‖²+‖B‖²); "
+        "max gap (at) = the largest gap and its "
+        f"{index_col} (h3: head 3, g3: group 3); erank = effective rank of ABᵀ (of d_h = "
+        f"{layout.head_dim})" + ("; rot = rotary-block gap." if rotary else "."),
+        "",
+    ]
+    head = f"{'layer':>5}  {'pair':<12} {'gap [null]':>20} {'max gap (at)':>18} "
+    head += f"{'r_off [null]':>20} {'fmn [null]':>20} {'erank':>6}"
+    head += f" {'rot [null]':>20}" if rotary else ""
+    lines += ["```", head]
+    for (layer, pair), g in t.groupby(["layer", "pair"], sort=True):
+
+        def cell(col, g=g):
+            return f"{_fmt(g[col].median())} [{_fmt(g['null_' + col].median())}]"
+
+        worst = g.loc[g["balance_gap_rel"].fillna(-np.inf).idxmax()]
+        at = f"{_fmt(worst['balance_gap_rel'])} ({unit[0]}{worst[index_col]})"
+        line = f"{layer:>5}  {PAIR_NAMES[pair]:<12} {cell('balance_gap_rel'):>20} {at:>18} "
+        line += f"{cell('gram_corr_offdiag'):>20} {cell('frob_minus_nuc_rel'):>20} "
+        line += f"{_fmt(g['effective_rank'].median()):>6}"
+        if rotary:
+            line += f" {cell('rotary_gap_rel'):>20}" if pair == "qk" else ""
+        lines.append(line)
+    lines.append("```")
+    lines.append("")
+    for pair in PAIRS:
+        g = t[t["pair"] == pair]
+        if len(g):
+            lines.append(
+                f"All layers, {PAIR_NAMES[pair]}: median gap {_fmt(g['balance_gap_rel'].median())}"
+                f" (null {_fmt(g['null_balance_gap_rel'].median())}), median r_off "
+                f"{_fmt(g['gram_corr_offdiag'].median())} "
+                f"(null {_fmt(g['null_gram_corr_offdiag'].median())}), over {len(g)} {unit}."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
+    notes = []
+    if layout.source.startswith("assumed"):
+        notes.append(
+            f"WARNING: {layout.source}; the head count {layout.n_heads} is a guess "
+            "(pass --heads, or put config.json beside the weights)."
+        )
+    if layout.group_size > 1:
+        notes.append(
+            f"Grouped-query attention, {layout.group_size} query heads per key/value head: "
+            "rows with unit = group (theory = True) compare Σ_i W_Q^iᵀW_Q^i with W_KᵀW_K "
+            "and W_VᵀW_V with Σ_i W_O^i W_O^iᵀ over the group; unit = head rows pair each "
+            "query head with the shared key/value head and are not predicted to balance."
+        )
+    if layout.rotary_dim:
+        notes.append(
+            f"Rotary embeddings on the first {layout.rotary_dim} of {layout.head_dim} q/k "
+            "dimensions (rotate_half pairs j with j + rotary_dim/2): weight decay balances "
+            "the block energies ‖W_Q[:, j]‖² + ‖W_Q[:, j']‖² − (same for W_K) "
+            "(rotary_gap_rel), not the whole key–query Gram."
+        )
+    if layout.qk_norm:
+        notes.append(
+            "q and k are normalised per head (qk-norm): the key–query pair is not a pure "
+            "product, and its balance is not predicted."
+        )
+    for pair in PAIRS:
+        if heads.loc[heads["pair"] == pair, "bias"].any():
+            notes.append(
+                f"{PAIR_NAMES[pair]} projections have biases: the product form holds only "
+                "approximately (THEORY.md); statistics use the weight matrices alone."
+            )
+    return notes
+
+
+# --- outputs ---------------------------------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in ("rankflow", "safetensors", "numpy", "pandas", "pyarrow", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _write(out: Path, insp: Inspection, figures: bool) -> list[str]:
+    from .. import plots
+    from ..store import _atomic_write
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / META).unlink(missing_ok=True)  # no marker until everything below is written
+    written = []
+
+    def put(name, write):
+        _atomic_write(out / name, write)
+        written.append(name)
+
+    put(HEADS_TABLE, lambda p: insp.heads.to_parquet(p, index=False))
+    put("heads.csv", lambda p: insp.heads.to_csv(p, index=False))
+    put(GRAMS_TABLE, lambda p: insp.grams.to_parquet(p, index=False))
+    put("summary.md", lambda p: Path(p).write_text(insp.summary))
+    if figures:
+        title = f"{insp.meta['name']} ({insp.layout.arch})"
+        figs = {
+            "scatter": plots.inspect_scatter_figure(insp.grams, insp.heads, title=title),
+            "layers": plots.inspect_layers_figure(insp.heads, title=title),
+        }
+        for key, fig in figs.items():
+            put(
+                FIGURES[key],
+                lambda p, fig=fig: fig.savefig(
+                    p, format="png", dpi=plots.DPI, bbox_inches="tight", facecolor="white"
+                ),
+            )
+    meta = dict(insp.meta, outputs=written)
+    _atomic_write(out / META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    return written
+
+
+def inspect_checkpoint(
+    path: str | Path,
+    out: str | Path | None = None,
+    *,
+    arch: str = "auto",
+    layers: str | int | Iterable[int | str] | None = None,
+    heads: int | None = None,
+    scatter: Sequence[tuple[int, int] | str] | None = None,
+    rank_tol: float = 1e-3,
+    figures: bool = True,
+    progress: bool | None = None,
+) -> Inspection:
+    """Inspect a safetensors checkpoint for the balance fingerprint of weight decay.
+
+    Args:
+        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` index of shards,
+            or a folder holding either (``config.json`` beside the weights is used for
+            the architecture and head layout when present).
+        out: directory for ``heads.parquet``/``heads.csv`` (the table), ``grams.parquet``
+            (Gram entries of the scatter heads), ``summary.md``, ``scatter.png``,
+            ``layers.png`` and ``inspect.json`` (written last). ``None``: write nothing.
+        arch: ``auto`` (config.json's ``model_type``, else the tensor names), ``bert``,
+            ``gpt2``, ``llama`` or ``vit``.
+        layers: the layers to inspect (default all): ints, negative from the end, or a
+            string like ``"0,3,5-7,-1"``.
+        heads: number of query heads, overriding config.json (needed without it,
+            unless the family's usual head dimension is right).
+        scatter: ``(layer, head)`` pairs (or ``"layer:head"``) whose Gram entries go to
+            ``grams`` and the scatter figure; default head 0 of the first, middle and
+            last inspected layers. For GQA the head's group is shown.
+        rank_tol: numerical rank counts singular values above ``rank_tol · s_1``.
+        figures: draw the two figures (needs ``out``).
+        progress: a progress bar over layers (default: when stderr is a terminal).
+
+    Returns:
+        An :class:`Inspection`. Raises :class:`InspectError` (a ``ConfigError``) naming
+        the file and tensor on bad input, before anything is written.
+
+    Memory: one layer's attention tensors at a time (plus per-head float64 copies);
+    each file is memory-mapped only while that layer is read.
+    """
+    t0 = datetime.datetime.now(datetime.UTC)
+    ckpt: Checkpoint = open_checkpoint(path)
+    layout = infer_layout(ckpt, arch=arch, heads=heads)
+    chosen = parse_layers(layers, layout.n_layers)
+    names = check_shapes(ckpt, layout, chosen)  # every shape, before reading anything
+    picks = _scatter_units(scatter, chosen, layout)
+    if not rank_tol > 0:
+        raise InspectError(f"rank_tol must be > 0, got {rank_tol}")
+
+    from tqdm.auto import tqdm
+
+    show = sys.stderr.isatty() if progress is None else progress
+    rows, grams = [], []
+    with single_threaded_blas():
+        for layer in tqdm(chosen, desc="layers", disable=not show, file=sys.stderr):
+            tensors = ckpt.read(names[layer].values())
+            lw = canonical(layout, {role: tensors[n] for role, n in names[layer].items()})
+            want = {h // layout.group_size for i, h in picks if i == layer}
+            r, g = inspect_layer(lw, layout, layer, rank_tol=rank_tol, scatter=want)
+            rows += r
+            grams += g
+            del tensors, lw
+    heads_df = pd.DataFrame(rows)
+    stats_cols = list(STATISTICS) + [f"null_{s}" for s in STATISTICS]
+    heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
+    grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
+    meta = {
+        "checkpoint": str(ckpt.path.resolve()),
+        "name": ckpt.path.resolve().name
+        if ckpt.path.is_dir()
+        else f"{ckpt.path.resolve().parent.name}/{ckpt.path.name}",
+        "files": [str(f) for f in ckpt.files],
+        "bytes": ckpt.nbytes,
+        "config": None if ckpt.config_path is None else str(ckpt.config_path),
+        "layout": layout.as_dict(),
+        "layers": chosen,
+        "scatter": [list(p) for p in picks],
+        "rank_tol": rank_tol,
+        "notes": _notes(layout, heads_df),
+        "versions": _versions(),
+        "created": t0.isoformat(timespec="seconds"),
+    }
+    summary = summarize(heads_df, layout, meta)
+    insp = Inspection(heads_df, grams_df, layout, meta, summary)
+    if out is not None:
+        out = Path(out)
+        _write(out, insp, figures)
+        insp = Inspection(heads_df, grams_df, layout, meta, summary, out)
+    return insp
+
+
+def load_inspection(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """``(heads, grams, meta)`` of a finished inspection directory (one whose
+    ``inspect.json`` exists; a directory without it was not completed)."""
+    out = Path(out)
+    if not (out / META).is_file():
+        raise InspectError(f"{out}: no {META}: not a finished `rankflow inspect` directory")
+    meta = json.loads((out / META).read_text())
+    return pd.read_parquet(out / HEADS_TABLE), pd.read_parquet(out / GRAMS_TABLE), meta
