@@ -3,10 +3,16 @@
 Names are the results-table columns. Singular values of ``W = ABᵀ`` come from the
 r×r core ``R_A R_Bᵀ`` of the thin QR factors when ``r < min(m, n)`` (exact by orthogonal
 invariance, and cheap), from ``W`` itself otherwise.
+
+The two batched decompositions (SVD of W, eigvalsh of D) are sequenced with an
+optimization barrier: run concurrently on XLA:CPU's thread pool, large vmapped batches
+of them deadlocked (jax 0.10.2, 2 cores: 2 of 4 runs of 2,048 observables hung; 0 of 8
+with the barrier, and a 1,024-run GD grid that hung ran 6 of 6 times).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -62,6 +68,8 @@ def observables(
     l2_penalty = 0.5 * (jnp.sum(A**2) + jnp.sum(B**2))
     nuclear = jnp.sum(s)
     D = A.T @ A - B.T @ B
+    # One batched decomposition at a time (see the module docstring).
+    s, D = jax.lax.optimization_barrier((s, D))
     total = jnp.where(nuclear > 0, nuclear, 1.0)
     p = s / total
     entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))

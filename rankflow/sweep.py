@@ -32,7 +32,7 @@ __all__ = ["Chunk", "default_chunk_size", "execute", "plan"]
 
 # Memory budget of one chunk's program (inputs, problem data, state, saved outputs).
 CHUNK_BYTES = 256 * 2**20
-MAX_CHUNK = 4096
+MAX_CHUNK = 1024
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def test_default_chunk_bounds_memory():
     big = C.expand(
         C.resolve(SMALL | {"problem": {"kind": "sensing", "m": 200, "n": 200, "samples": 4000}})
     )[0]
-    assert default_chunk_size(small) == 4096
+    assert default_chunk_size(small) == 1024
     assert 1 <= default_chunk_size(big) < 16  # 4000 × 200 × 200 measurements per run
 
 
