@@ -1,0 +1,161 @@
+"""``rankflow reproduce``: the paper's claims as runnable experiments, figures and a
+verdict report.
+
+Each experiment is one module (``toy``, ``balancing``, ``rank``, ``discrete``,
+``pretrained``) with a ``run_experiment(ctx)`` that runs its configs
+from ``sims/reproduce/`` through the same machinery as the rest of rankflow
+(``rankflow.run``, ``rankflow.compare``, ``rankflow.inspect``), writes tables and
+figures, and records claims with verdicts.
+``--quick`` runs the configs as written (minutes on a laptop); ``--full`` applies the
+overrides of ``sims/reproduce/full.toml`` (more seeds, larger sizes).
+
+    from rankflow.reproduce import reproduce
+    result = reproduce("out/reproduce", mode="quick", only=["toy"])
+    result.ok, result.claims, result.report
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ConfigError
+from . import report as report_lib
+from ._common import MODES, Claim, Context
+
+__all__ = ["EXPERIMENTS", "Claim", "Result", "check_options", "reproduce"]
+
+# name → module; in the order they run and appear in the report.
+EXPERIMENTS = {
+    "toy": "toy",
+    "balancing": "balancing",
+    "rank": "rank",
+    "discrete": "discrete",
+    "pretrained": "pretrained",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    claims: list[Claim]
+    report: Path
+    seconds: dict[str, float]
+
+    @property
+    def ok(self) -> bool:
+        """No claim failed (observations do not count)."""
+        return all(c.verdict != "fail" for c in self.claims)
+
+
+def check_options(
+    quick: bool = False,
+    full: bool = False,
+    only: Sequence[str] | None = None,
+    checkpoint: str | Path | None = None,
+) -> tuple[str, list[str]]:
+    """The size and the experiments to run, or a ConfigError naming the bad option."""
+    if quick and full:
+        raise ConfigError("--quick/--full: choose one size, --quick or --full, not both")
+    mode = "full" if full else "quick"
+    names = list(EXPERIMENTS)
+    if only:
+        bad = [n for n in only if n not in EXPERIMENTS]
+        if bad:
+            raise ConfigError(
+                f"--only: unknown experiment {bad[0]!r}; experiments are {', '.join(EXPERIMENTS)}"
+            )
+        names = [n for n in EXPERIMENTS if n in only]
+        if "pretrained" in names and checkpoint is None:
+            raise ConfigError("--only pretrained: needs --checkpoint PATH (a safetensors model)")
+    elif checkpoint is None:
+        names.remove("pretrained")
+    if checkpoint is not None and not Path(checkpoint).exists():
+        raise ConfigError(f"--checkpoint: no such file or folder {str(checkpoint)!r}")
+    return mode, names
+
+
+def _validate(names: list[str], mode: str) -> None:
+    """Resolve every config of the chosen experiments before anything compiles."""
+    for name in names:
+        module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
+        validate = getattr(module, "validate", None)
+        if validate is not None:
+            validate(mode)
+
+
+def reproduce(
+    out: str | Path,
+    *,
+    mode: str = "quick",
+    only: Sequence[str] | None = None,
+    checkpoint: str | Path | None = None,
+    quiet: bool = False,
+    command: str | None = None,
+) -> Result:
+    """Run the experiments (all, or ``only``), write ``out/report.md``,
+    ``out/figures/*.png``, ``out/tables/``, and return the claims.
+
+    Args:
+      out: output directory (created). Runs are kept in ``out/runs/<mode>/``, so a
+        rerun into the same directory resumes the sweeps instead of recomputing them.
+      mode: ``"quick"`` (the configs as written) or ``"full"`` (``sims/reproduce/full.toml``).
+      only: experiment names (see :data:`EXPERIMENTS`); default all but ``pretrained``,
+        which runs when ``checkpoint`` is given.
+      checkpoint: a safetensors checkpoint (file, index or folder) for ``pretrained``.
+
+    Raises:
+      ConfigError: on a bad option or config, before anything is compiled.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    _, names = check_options(mode == "quick", mode == "full", only, checkpoint)
+    _validate(names, mode)
+    from ..store import provenance
+    from ..sweep import enable_compilation_cache
+
+    enable_compilation_cache()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
+    seconds: dict[str, float] = {}
+    notes: dict[str, list[str]] = {}
+    prov = provenance()
+    info = {
+        "rankflow": prov["versions"].get("rankflow", "?"),
+        "jax": prov["versions"].get("jax", "?"),
+        "devices": ", ".join(prov["devices"]),
+        "git commit": (prov["git_commit"] or "none")[:12],
+    }
+    command = command or "rankflow reproduce " + " ".join(
+        shlex.quote(a)
+        for a in [f"--{mode}", *(["--only", *only] if only else []), "--out", str(out)]
+    )
+    path = out / "report.md"
+    for name in names:
+        t0 = time.perf_counter()
+        if not quiet:
+            print(f"rankflow reproduce: {name} …", file=sys.stderr, flush=True)
+        module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
+        ctx.notes = []
+        module.run_experiment(ctx)
+        notes[name] = list(ctx.notes)
+        seconds[name] = time.perf_counter() - t0
+        if not quiet:
+            mine = [c for c in ctx.claims if c.experiment == name]
+            n = report_lib.counts(mine)
+            print(
+                f"rankflow reproduce: {name}: {n['pass']} pass, {n['fail']} fail, "
+                f"{n['observation']} observations in {seconds[name]:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        path = report_lib.write(
+            out, ctx.claims, mode=mode, seconds=seconds, notes=notes, provenance=info,
+            command=command,
+        )  # fmt: skip
+    return Result(list(ctx.claims), path, seconds)

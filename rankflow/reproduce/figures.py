@@ -1,0 +1,445 @@
+"""Figures of ``rankflow reproduce`` that ``rankflow.plots`` does not already draw.
+
+Like ``rankflow.plots``: built from tables only, without pyplot; time in optimizer
+steps; theory dashed beside measurements; log axes where a decay is exponential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ..plots import LABELS, save_figure
+
+T = LABELS["t"]
+DYNAMICS = {
+    "gradient_flow": ("gradient flow (GF)", "C0", "o"),
+    "gd": ("GD", "C1", "s"),
+    "stochastic_flow": ("stochastic GF, m = n (mean over paths)", "C2", "^"),
+    "momentum_flow": ("momentum flow", "C4", "D"),
+    "adamw": ("AdamW", "C3", "v"),
+}
+
+
+def _viridis(n: int) -> list:
+    cmap = mpl.colormaps["viridis"]
+    return [cmap(v) for v in np.linspace(0.0, 0.85, max(n, 1))][:n]
+
+
+def _positive(v) -> np.ndarray:
+    v = np.asarray(v, float)
+    return np.where(np.isfinite(v) & (v > 0), v, np.nan)
+
+
+def _finish(fig: Figure, axes, title: str, out_path) -> Figure:
+    for ax in np.ravel(axes):
+        ax.grid(True, which="major", alpha=0.3)
+        # Log axes spanning less than a decade label their minor ticks, which collide.
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_minor_formatter(mpl.ticker.NullFormatter())
+    fig.suptitle(title)
+    if out_path is not None:
+        save_figure(fig, out_path)
+    return fig
+
+
+# --- toy ---------------------------------------------------------------------------------
+
+
+def toy_spectrum_figure(
+    df: pd.DataFrame, target_sv: Sequence[float], out_path: str | Path | None = None
+) -> Figure:
+    """(a) singular values of W against t for two λ (seed 0), the limits max(s_i − λ, 0)
+    dashed; (b) the final singular values against λ (all runs), soft-thresholding dashed."""
+    s = np.sort(np.asarray(target_sv, float))[::-1]
+    svs = sorted((c for c in df.columns if c.startswith("sv_")), key=lambda c: int(c[3:]))
+    lams = np.sort(df["dynamics.lam"].unique())
+    fig = Figure(figsize=(16, 4.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    colors = [mpl.colormaps["tab10"](i) for i in range(len(svs))]
+    picks = [lams[len(lams) // 3], lams[(2 * len(lams)) // 3]]
+    first = df[df["seed"] == df["seed"].min()]
+    for ax, lam, tag in zip(axes[:2], picks, "ab"):
+        g = first[first["dynamics.lam"] == lam].sort_values("t")
+        for i, col in enumerate(svs):
+            ax.plot(g["t"], _positive(g[col]), color=colors[i], lw=2, label=rf"$\sigma_{i + 1}(W)$")
+            limit = max(s[i] - lam, 0.0)
+            if limit > 0:
+                ax.axhline(limit, color=colors[i], ls="--", lw=1.2)
+        ax.set_yscale("log")
+        # Below 1e-16·σ_1 the vanishing singular values are float64 rounding.
+        ax.set_ylim(bottom=1e-16 * s[0], top=3 * s[0])
+        ax.set(xlabel=T, ylabel=r"singular values $\sigma_i(W)$ (log scale)")
+        ax.set_title(
+            f"({tag}) trajectories at λ = {lam:g}: survivors → $s_i-\\lambda$, the rest → 0",
+            fontsize="medium",
+        )
+        handles = ax.get_legend_handles_labels()[0] + [
+            Line2D([], [], color="k", ls="--", label=r"T3 limit $s_i-\lambda$ (theory)")
+        ]
+        ax.legend(handles=handles, fontsize="small", loc="lower left")
+
+    final = df.sort_values("t").groupby(["run_id", "path"]).tail(1)
+    ax = axes[2]
+    grid = np.linspace(0.0, lams.max() * 1.05, 300)
+    for i, col in enumerate(svs):
+        ax.plot(
+            final["dynamics.lam"],
+            final[col],
+            ls="none",
+            marker="o",
+            ms=7,
+            mfc="none",
+            color=colors[i],
+            label=rf"$\sigma_{i + 1}(W)$ at t = {final['t'].max():g}",
+        )
+        ax.plot(grid, np.maximum(s[i] - grid, 0.0), color=colors[i], ls="--", lw=1.2)
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], color="k", ls="--", label=r"T3: $\max(s_i-\lambda,0)$ (theory)")
+    ]
+    ax.legend(handles=handles, fontsize="small")
+    ax.set(xlabel=LABELS["dynamics.lam"], ylabel=r"final singular values $\sigma_i(W)$")
+    ax.set_title("(c) soft-thresholding of the spectrum (all seeds)", fontsize="medium")
+    eta = df["dynamics.eta"].iloc[0]
+    return _finish(
+        fig,
+        axes,
+        f"GD on the 5×5 toy of the paper's Fig. 1: ½‖ABᵀ − diag(s)‖² + (λ/2)(‖A‖²+‖B‖²), "
+        f"s = {', '.join(f'{v:g}' for v in np.sort(s))}, η = {eta:g}, "
+        f"{df['seed'].nunique()} seeds, float64",
+        out_path,
+    )
+
+
+# --- balancing ---------------------------------------------------------------------------
+
+
+def _median_over_paths(g: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    m = g.groupby("t")[col].median()
+    return m.index.to_numpy(), m.to_numpy()
+
+
+def balancing_figure(
+    tables: dict[str, pd.DataFrame],
+    rates: pd.DataFrame,
+    z: pd.DataFrame,
+    out_path: str | Path | None = None,
+) -> Figure:
+    """Six panels: (a) fitted rate/(2ηλ) of GF, GD and the SGF mean against 2ηλ, with T4's
+    1 and GD's T5 bracket dashed; (b) momentum flow against μ/(ηλ), orbit linearisation
+    dashed; (c) L_L2 − L_* beside its T2 bound and T4's envelope (GF); (d) the balance gap
+    of every dynamics at one (η, λ), e^{−2ηλt} dashed; (e) AdamW against λ; (f) SGF:
+    tr D per path, its mean, and T6."""
+    fig = Figure(figsize=(18, 10), layout="constrained")
+    axes = fig.subplots(2, 3)
+    ax = axes[0, 0]
+    for kind in ("gradient_flow", "gd", "stochastic_flow"):
+        r = rates[rates["dynamics.kind"] == kind]
+        label, color, marker = DYNAMICS[kind]
+        x = 2 * r["dynamics.eta"] * r["dynamics.lam"]
+        ax.plot(x, r["rate_over_2etalam"], ls="none", marker=marker, ms=8, mfc="none",
+                color=color, label=f"{label}, measured")  # fmt: skip
+    gd = rates[rates["dynamics.kind"] == "gd"]
+    x = np.geomspace((2 * gd["dynamics.eta"] * gd["dynamics.lam"]).min() / 1.3,
+                     (2 * gd["dynamics.eta"] * gd["dynamics.lam"]).max() * 1.3, 100)  # fmt: skip
+    el = x / 2
+    ax.axhline(1.0, color="C0", ls="--", lw=1.3, label="T4: gradient flow, exactly 1 (theory)")
+    ax.plot(x, -np.log((1 - el) ** 2) / x, color="C1", ls="--", lw=1.2,
+            label=r"T5: GD bracket, $-\log(1-\eta\lambda)^2/2\eta\lambda$")  # fmt: skip
+    ax.plot(x, -np.log(1 - 2 * el) / x, color="C1", ls=":", lw=1.5,
+            label=r"T5 near a minimum: $-\log(1-2\eta\lambda)/2\eta\lambda$")  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+    ax.set(
+        xlabel=r"$2\eta\lambda$ (per step)", ylabel=r"fitted decay rate of $\|D\|$ / $2\eta\lambda$"
+    )
+    ax.set_title("(a) balancing rate over a λ × η grid", fontsize="medium")
+    ax.legend(fontsize="small")
+
+    ax = axes[0, 1]
+    mo = rates[rates["dynamics.kind"] == "momentum_flow"]
+    lams = np.sort(mo["dynamics.lam"].unique())
+    for lam, color in zip(lams, _viridis(len(lams))):
+        g = mo[mo["dynamics.lam"] == lam].sort_values("mu_over_etalam")
+        ax.plot(g["mu_over_etalam"], g["rate_over_2etalam"], "o", ms=8, mfc="none",
+                color=color, label=f"momentum flow, λ = {lam:g}")  # fmt: skip
+    # The orbit mode of T7, linearised, where it is the slowest mode (μ ≥ 10ηλ, the
+    # tested range); nearer critical damping other modes of the loss are slower.
+    xs = np.geomspace(10, mo["mu_over_etalam"].max() * 1.3, 200)
+    from .balancing import momentum_orbit_ratio
+
+    ax.plot(
+        xs,
+        momentum_orbit_ratio(1 / xs),
+        "k--",
+        lw=1.2,
+        label=r"T7 linearised on the symmetry orbit: $1+\eta\lambda/\mu+\dots$",
+    )
+    ax.axvspan(10, xs[-1], color="0.9", zorder=0, label=r"tested: $\mu\geq10\eta\lambda$")
+    ax.axhline(1.0, color="0.5", ls=":", lw=1.2, label=r"$2\eta\lambda$ (the $\mu\to\infty$ limit)")
+    ax.set_xscale("log")
+    eta = mo["dynamics.eta"].iloc[0] if len(mo) else np.nan
+    ax.set(xlabel=r"$\mu/(\eta\lambda)$", ylabel=r"fitted decay rate of $\|D\|$ / $2\eta\lambda$")
+    ax.set_title(f"(b) momentum flow (decoupled decay), η = {eta:g}", fontsize="medium")
+    ax.legend(fontsize="small")
+
+    ax = axes[0, 2]
+    gf = tables["gradient_flow"]
+    eta0 = np.sort(gf["dynamics.eta"].unique())[len(gf["dynamics.eta"].unique()) // 2]
+    g_eta = gf[gf["dynamics.eta"] == eta0]
+    lams = np.sort(g_eta["dynamics.lam"].unique())
+    for lam, color in zip(lams, _viridis(len(lams))):
+        g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
+        t = g["t"].to_numpy()
+        ax.plot(t, _positive(lam * g["frob_minus_nuc"]), color=color, lw=2,
+                label=f"λ = {lam:g}")  # fmt: skip
+        ax.plot(t, _positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
+        env = 0.5 * lam * np.exp(-2 * eta0 * lam * t) * g["balance_nuclear"].iloc[0]
+        ax.plot(t, _positive(env), color=color, ls=":", lw=1.3)
+    ax.set_yscale("log")
+    floor = np.nanmin(_positive(lams[0] * g_eta["frob_minus_nuc"]))
+    ax.set_ylim(bottom=max(floor / 10, 1e-20))
+    ax.legend(
+        handles=ax.get_legend_handles_labels()[0]
+        + [
+            Line2D([], [], color="k", lw=2, label=r"$L_{L2}-L_*$ measured"),
+            Line2D([], [], color="k", ls="--", label=r"T2 bound $\frac{\lambda}{2}\|D(t)\|_*$"),
+            Line2D(
+                [], [], color="k", ls=":",
+                label=r"T4 envelope $\frac{\lambda}{2}e^{-2\eta\lambda t}\|D(0)\|_*$",
+            ),
+        ],
+        fontsize="small",
+    )  # fmt: skip
+    ax.set(xlabel=T, ylabel=r"$L_{L2}-L_*$ (loss units, log scale)")
+    ax.set_title(f"(c) gradient flow: the gap to nuclear-norm regularisation, η = {eta0:g}",
+                 fontsize="medium")  # fmt: skip
+
+    ax = axes[1, 0]
+    eta1, lam1 = 0.1, 0.05
+    t_max = 0.0
+    for kind in ("gradient_flow", "gd", "stochastic_flow", "momentum_flow"):
+        d = tables[kind]
+        sel = np.isclose(d["dynamics.eta"], eta1) & np.isclose(d["dynamics.lam"], lam1)
+        if kind == "momentum_flow":
+            sel &= d["dynamics.mu"] == d["dynamics.mu"].max()
+        g = d[sel]
+        if not len(g):
+            continue
+        label, color, _ = DYNAMICS[kind]
+        if kind == "stochastic_flow":
+            label = "stochastic GF, m = n: median over paths"
+            if "path" in g and g["path"].nunique() > 1:
+                q = g.groupby("t")["balance_gap"].quantile([0.1, 0.9]).unstack()
+                ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.2, lw=0)
+        if kind == "momentum_flow":
+            label += f", μ = {g['dynamics.mu'].iloc[0]:g}"
+        t, y = _median_over_paths(g, "balance_gap")
+        ax.plot(t, _positive(y), color=color, lw=2, label=label)
+        t_max = max(t_max, t.max())
+        gap0 = y[0]
+    tt = np.linspace(0, t_max, 200)
+    ax.plot(tt, gap0 * np.exp(-2 * eta1 * lam1 * tt), "k--", lw=1.2,
+            label=r"T4: $\|D(0)\|e^{-2\eta\lambda t}$ (theory)")  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=1e-16, top=10 * gap0)
+    ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
+    ax.set_title(f"(d) every dynamics at η = {eta1:g}, λ = {lam1:g}", fontsize="medium")
+    ax.legend(fontsize="small")
+
+    ax = axes[1, 1]
+    ad = tables["adamw"]
+    eta2 = np.sort(ad["dynamics.eta"].unique())[len(ad["dynamics.eta"].unique()) // 2]
+    g_eta = ad[ad["dynamics.eta"] == eta2]
+    lams = np.sort(g_eta["dynamics.lam"].unique())
+    for lam, color in zip(lams, _viridis(len(lams))):
+        g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
+        ax.plot(g["t"], _positive(g["balance_gap"]), color=color, lw=2, label=f"AdamW, λ = {lam:g}")
+        if lam > 0:
+            t = g["t"].to_numpy()
+            ax.plot(t, g["balance_gap"].iloc[0] * np.exp(-2 * eta2 * lam * t), color=color,
+                    ls="--", lw=1.2)  # fmt: skip
+    ax.plot([], [], "k--", lw=1.2, label=r"$\|D(0)\|e^{-2\eta\lambda t}$ (GF law, for scale)")
+    ax.set_yscale("log")
+    yl = _positive(g_eta["balance_gap"])
+    ax.set_ylim(bottom=np.nanmin(yl) / 10, top=np.nanmax(yl) * 3)
+    ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
+    ax.set_title(f"(e) AdamW (outside the theory), η = {eta2:g}", fontsize="medium")
+    ax.legend(fontsize="small")
+
+    ax = axes[1, 2]
+    sg = tables["stochastic_flow"]
+    key = z.groupby(["dynamics.lam", "dynamics.eta"]).size().index[0]
+    g = sg[(sg["dynamics.lam"] == key[0]) & (sg["dynamics.eta"] == key[1])]
+    for p, gp in g.groupby("path"):
+        ax.plot(gp["t"], gp["balance_trace"], color="C2", lw=0.5, alpha=0.25,
+                label="tr D, single paths" if p == 0 else None)  # fmt: skip
+    m = g.groupby("t")["balance_trace"].agg(["mean", "std", "count"])
+    ax.plot(m.index, m["mean"], color="C2", lw=2.5, label="mean over paths")
+    zz = z[(z["dynamics.lam"] == key[0]) & (z["dynamics.eta"] == key[1])]
+    ax.errorbar(zz["t"], zz["mean"], yerr=4 * zz["se"], fmt="none", ecolor="k", capsize=3,
+                label="±4 SE at the tested saves")  # fmt: skip
+    t = m.index.to_numpy()
+    ax.plot(t, m["mean"].iloc[0] * np.exp(-2 * key[1] * key[0] * t), "k--", lw=1.3,
+            label=r"T6: $e^{-2\eta\lambda t}\,\mathrm{tr}D(0)$ (theory, m = n)")  # fmt: skip
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set(xlabel=T, ylabel=r"$\mathrm{tr}(A^\top A-B^\top B)$")
+    sigma = g["dynamics.sigma"].iloc[0]
+    ax.set_title(f"(f) stochastic GF: mean against T6, η = {key[1]:g}, λ = {key[0]:g}, "
+                 f"σ = {sigma:g}", fontsize="medium")  # fmt: skip
+    ax.legend(fontsize="small")
+    return _finish(
+        fig,
+        axes,
+        "Balancing of W = ABᵀ's factors under each dynamics: matrix sensing 8×8, rank 2, "
+        "r = 4, imbalanced start ‖D(0)‖_F = 1, float64",
+        out_path,
+    )
+
+
+# --- rank ----------------------------------------------------------------------------------
+
+_SOLUTIONS = {
+    "factorised, weight decay": ("C0", "o", "-"),
+    "nuclear-norm minimiser": ("k", "x", "--"),
+    "unfactorised, plain L2": ("C3", "s", ":"),
+}
+
+
+def rank_figure(sol: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
+    """Top: numerical rank against λ per problem for the three solutions (each seed a
+    marker, the median a line; the nuclear-norm minimiser dashed as the theory). Bottom:
+    the singular values of the three solutions at one λ (seed 0, log scale)."""
+    problems = list(dict.fromkeys(sol["problem"]))
+    fig = Figure(figsize=(6.5 * len(problems), 9), layout="constrained")
+    axes = fig.subplots(2, len(problems), squeeze=False)
+    for j, problem in enumerate(problems):
+        d = sol[sol["problem"] == problem]
+        ax = axes[0, j]
+        for name, (color, marker, ls) in _SOLUTIONS.items():
+            g = d[d["solution"] == name]
+            lam = g["dynamics.lam"].to_numpy(float)
+            jitter = {"factorised, weight decay": -0.15, "nuclear-norm minimiser": 0.0}
+            ax.plot(lam, g["rank"] + jitter.get(name, 0.15), ls="none", marker=marker,
+                    ms=8, mfc="none", color=color, alpha=0.8)  # fmt: skip
+            med = g.groupby("dynamics.lam")["rank"].median()
+            theory = name == "nuclear-norm minimiser"
+            ax.plot(med.index, med.to_numpy(), color=color, ls=ls, lw=1.5 if theory else 2,
+                    marker=marker, mfc="none",
+                    label=name + (" (theory, T3)" if theory else ""))  # fmt: skip
+        r = int(d["model.r"].iloc[0])
+        ax.axhline(r, color="0.5", lw=1, ls="-.", label=f"inner dimension r = {r}")
+        s = d.iloc[0]
+        ax.set(xlabel=LABELS["dynamics.lam"], ylabel="numerical rank of W (σ_i > 1e-3·σ_1)")
+        seeds = d["seed"].nunique()
+        ax.set_title(f"({'ab'[j]}) {problem}: rank against λ ({seeds} seeds, markers; "
+                     "median, lines)", fontsize="medium")  # fmt: skip
+        ax.set_ylim(-0.5, s["min_mn"] + 1.5)
+        ax.legend(fontsize="small", loc="center right")
+
+        ax = axes[1, j]
+        lams = np.sort(d["dynamics.lam"].unique())
+        pick = lams[len(lams) // 2]
+        first = d[(d["dynamics.lam"] == pick) & (d["seed"] == d["seed"].min())]
+        for name, (color, marker, ls) in _SOLUTIONS.items():
+            row = first[first["solution"] == name].iloc[0]
+            cols = [c for c in first.columns if c.startswith("sv_")]
+            v = row[sorted(cols, key=lambda c: int(c[3:]))].to_numpy(float)
+            v = v[np.isfinite(v)]
+            idx = np.arange(1, len(v) + 1)
+            ax.plot(idx, _positive(v), marker=marker, ls=ls, color=color, mfc="none", ms=7,
+                    label=name)  # fmt: skip
+        ax.axhline(1e-3 * first["sv_1"].max(), color="0.5", lw=1, ls="-.",
+                   label="rank cut 1e-3·σ_1")  # fmt: skip
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=1e-8)
+        ax.set(xlabel="index i", ylabel=r"singular value $\sigma_i(W)$ (log scale)")
+        ax.set_title(f"({'cd'[j]}) {problem}: spectra at λ = {pick:g} (exact zeros not drawn)",
+                     fontsize="medium")  # fmt: skip
+        ax.legend(fontsize="small")
+    return _finish(
+        fig,
+        axes,
+        "Weight decay on the factors lowers the rank (nuclear norm); plain L2 on W does not",
+        out_path,
+    )
+
+
+# --- discrete ------------------------------------------------------------------------------
+
+
+def floor_figure(
+    df: pd.DataFrame,
+    floor: pd.DataFrame,
+    exponents: Sequence[float],
+    out_path: str | Path | None = None,
+) -> Figure:
+    """(a) ‖D‖_F per path against t at one point, its RMS floor and the predicted one
+    dashed; (b) floor RMS against σ per (η, λ), prediction dashed; (c) measured against
+    predicted over the grid, the identity dashed."""
+    fig = Figure(figsize=(18, 5), layout="constrained")
+    axes = fig.subplots(1, 3)
+    ax = axes[0]
+    key = floor.iloc[-1]
+    g = df[
+        np.isclose(df["dynamics.sigma"], key["dynamics.sigma"])
+        & np.isclose(df["dynamics.eta"], key["dynamics.eta"])
+        & np.isclose(df["dynamics.lam"], key["dynamics.lam"])
+    ]
+    for p, gp in g.groupby("path"):
+        ax.plot(gp["t"], _positive(gp["balance_gap"]), color="C2", lw=0.6, alpha=0.4,
+                label="single paths" if p == 0 else None)  # fmt: skip
+    ax.axhline(key["floor_rms"], color="C2", lw=2.5, label="measured RMS floor (second half)")
+    ax.axhline(key["predicted_rms"], color="k", ls="--", lw=1.3,
+               label=r"$\sqrt{\eta\sigma^2(r+1)E[\|A\|^2+\|B\|^2]/2\lambda}$ (theory)")  # fmt: skip
+    ax.axvline(df["t"].max() / 2, color="0.5", ls=":", lw=1, label="floor measured right of this")
+    ax.set_yscale("log")
+    # The start is balanced (‖D(0)‖ = 0 to rounding): keep the axis on the floor.
+    ax.set_ylim(bottom=key["floor_rms"] / 30, top=key["floor_rms"] * 10)
+    ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
+    ax.set_title(f"(a) σ = {key['dynamics.sigma']:g}, η = {key['dynamics.eta']:g}, "
+                 f"λ = {key['dynamics.lam']:g}", fontsize="medium")  # fmt: skip
+    ax.legend(fontsize="small")
+
+    ax = axes[1]
+    groups = list(floor.groupby(["dynamics.eta", "dynamics.lam"]))
+    for ((eta, lam), g), color in zip(groups, _viridis(len(groups))):
+        g = g.sort_values("dynamics.sigma")
+        ax.errorbar(g["dynamics.sigma"], g["floor_rms"],
+                    yerr=0.5 * g["ratio_se"] / g["ratio"] * g["floor_rms"], fmt="o", mfc="none",
+                    ms=8, color=color, capsize=3, label=f"η = {eta:g}, λ = {lam:g}")  # fmt: skip
+        ax.plot(g["dynamics.sigma"], g["predicted_rms"], color=color, ls="--", lw=1.2)
+    ax.plot([], [], "k--", label="prediction (theory)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel=LABELS["dynamics.sigma"], ylabel=r"floor of $\|D\|_F$ (RMS, log scale)")
+    a, b, c = exponents
+    ax.set_title(f"(b) fitted floor ∝ σ^{a:.2f} η^{b:.2f} λ^{c:.2f}", fontsize="medium")
+    ax.legend(fontsize="small")
+
+    ax = axes[2]
+    lo = min(floor["predicted_rms"].min(), floor["floor_rms"].min()) / 1.5
+    hi = max(floor["predicted_rms"].max(), floor["floor_rms"].max()) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1.2, label="measured = predicted")
+    ax.plot(floor["predicted_rms"], floor["floor_rms"], "o", mfc="none", ms=8, color="C2",
+            label=f"{len(floor)} (σ, η, λ) points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel=r"predicted RMS $\sqrt{\eta\sigma^2(r+1)E[\|A\|^2+\|B\|^2]/2\lambda}$",
+           ylabel="measured RMS floor")  # fmt: skip
+    ax.set_title("(c) measured against predicted", fontsize="medium")
+    ax.legend(fontsize="small")
+    return _finish(
+        fig,
+        axes,
+        "Stochastic gradient flow, m = n: the balance gap settles at a floor "
+        f"({int(floor['paths'].iloc[0])} paths per point, fixed-step ShARK, float64)",
+        out_path,
+    )
