@@ -2,10 +2,10 @@
 verdict report.
 
 Each experiment is one module (``toy``, ``balancing``, ``rank``, ``discrete``,
-``pretrained``) with a ``run_experiment(ctx)`` that runs its configs
+``attention``, ``pretrained``) with a ``run_experiment(ctx)`` that runs its configs
 from ``sims/reproduce/`` through the same machinery as the rest of rankflow
-(``rankflow.run``, ``rankflow.compare``, ``rankflow.inspect``), writes tables and
-figures, and records claims with verdicts.
+(``rankflow.run``, ``rankflow.compare``, ``rankflow.attention``, ``rankflow.inspect``),
+writes tables and figures, and records claims with verdicts.
 ``--quick`` runs the configs as written (minutes on a laptop); ``--full`` applies the
 overrides of ``sims/reproduce/full.toml`` (more seeds, larger sizes).
 
@@ -36,6 +36,7 @@ EXPERIMENTS = {
     "balancing": "balancing",
     "rank": "rank",
     "discrete": "discrete",
+    "attention": "attention",
     "pretrained": "pretrained",
 }
 

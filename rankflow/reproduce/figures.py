@@ -443,3 +443,58 @@ def floor_figure(
         f"({int(floor['paths'].iloc[0])} paths per point, fixed-step ShARK, float64)",
         out_path,
     )
+
+
+# --- attention -----------------------------------------------------------------------------
+
+
+def attention_balance_figure(heads: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
+    """Per pair (key–query, value–output): the relative gap (½(‖A‖²+‖B‖²) − ‖ABᵀ‖_*) /
+    ½(‖A‖²+‖B‖²) against the step, median over heads and runs per λ (log scale; T1:
+    zero iff balanced), and its last value per head against λ."""
+    df = heads.assign(rel_gap=heads["frob_minus_nuc"] / heads["l2_penalty"])
+    df = df[df["status"].astype(str) == "ok"]
+    pairs = [p for p in ("qk", "vo") if p in set(df["pair"])]
+    names = {"qk": r"key–query $W_Q^hW_K^{h\top}$", "vo": r"value–output $W_V^hW_O^h$"}
+    fig = Figure(figsize=(13, 9), layout="constrained")
+    axes = fig.subplots(2, len(pairs), squeeze=False)
+    lams = np.sort(df["train.lam"].unique())
+    colors = _viridis(len(lams))
+    for j, pair in enumerate(pairs):
+        d = df[df["pair"] == pair]
+        ax = axes[0, j]
+        for lam, color in zip(lams, colors):
+            g = d[d["train.lam"] == lam].groupby("t")["rel_gap"]
+            med, q1, q3 = g.median(), g.quantile(0.25), g.quantile(0.75)
+            ax.plot(med.index, _positive(med), color=color, lw=2, label=f"λ = {lam:g}")
+            ax.fill_between(med.index, _positive(q1), _positive(q3), color=color, alpha=0.2, lw=0)
+        ax.set_yscale("log")
+        ax.set(xlabel=T, ylabel=r"$(\frac{1}{2}(\|A\|^2+\|B\|^2)-\|AB^\top\|_*)\,/\,"
+               r"\frac{1}{2}(\|A\|^2+\|B\|^2)$ (log)")  # fmt: skip
+        ax.set_title(f"({'ab'[j]}) {names[pair]}: median over heads and runs (band: IQR)",
+                     fontsize="medium")  # fmt: skip
+        ax.legend(fontsize="small", title="weight decay of attention")
+        ax = axes[1, j]
+        last = d[d["t"] == d.groupby("run_id")["t"].transform("max")]
+        x = np.searchsorted(lams, last["train.lam"].to_numpy())
+        offset = (last["head"].to_numpy() - last["head"].max() / 2) * 0.08
+        ax.plot(x + offset, _positive(last["rel_gap"]), "o", mfc="none", ms=7, color="C0",
+                label="one head of one run, last step")  # fmt: skip
+        med = last.groupby("train.lam")["rel_gap"].median()
+        ax.plot(np.arange(len(lams)), _positive(med.reindex(lams)), "k-", lw=2, label="median")
+        ax.axhline(0, color="0.5")
+        ax.set_xticks(np.arange(len(lams)), [f"{v:g}" for v in lams])
+        ax.set_yscale("log")
+        ax.set(xlabel=r"weight decay of attention $\lambda$ (categorical axis)",
+               ylabel="relative gap at the last step (log)")  # fmt: skip
+        ax.set_title(f"({'cd'[j]}) {names[pair]}: last step against λ", fontsize="medium")
+        ax.legend(fontsize="small")
+    s = df.iloc[0]
+    return _finish(
+        fig,
+        axes,
+        f"Attention heads as factor pairs: balance under weight decay ({s['task.kind']}, "
+        f"{s['train.kind']}, η = {s['train.eta']:g}, decay on {s['train.decay']}, "
+        f"{df['seed'].nunique()} seeds)",
+        out_path,
+    )
