@@ -21,6 +21,12 @@ DEMO_CONFIG = {
 }
 
 
+def _set_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rankflow",
@@ -39,17 +45,13 @@ def _parser() -> argparse.ArgumentParser:
         "local devices; each finished chunk is written atomically to "
         "DIR/results.parquet/, so a killed sweep continues with --resume. "
         "`rankflow sweep` is the same command.",
-        epilog=_keys_help(),
+        epilog=config_lib.keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", help="TOML config file (see sims/ for examples)")
-    run.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set dynamics.lam=0.1 (repeatable; "
+    _set_option(
+        run,
+        "override a config key, e.g. --set dynamics.lam=0.1 (repeatable; "
         "values are TOML literals, e.g. --set sweep.seed=[0,1,2])",
     )
     run.add_argument("--out", required=True, metavar="DIR", help="results directory")
@@ -119,14 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "save.t1).",
     )
     compare.add_argument("config", help="TOML config naming a discrete optimizer")
-    compare.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key or a compare.* option (repeatable)",
-    )
+    _set_option(compare, "override a config key or a compare.* option (repeatable)")
     compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
     inspect = sub.add_parser(
@@ -193,20 +188,6 @@ def _parser() -> argparse.ArgumentParser:
         help="results directory (default: %(default)s)",
     )
     return ap
-
-
-def _keys_help() -> str:
-    lines = [
-        "config keys (TOML section.key = default: meaning); numeric keys marked * "
-        "can be swept without recompiling:"
-    ]
-    for sec, fields in config_lib.SCHEMA.items():
-        for name, f in fields.items():
-            key = f"{sec}.{name}" if sec else name
-            star = "*" if key in config_lib.NUMERIC_KEYS else " "
-            lines.append(f"  {star}{key} = {f.default!r}: {f.doc}")
-    lines.append('  [sweep] "section.key" = [values, ...]: runs the product of the lists')
-    return "\n".join(lines)
 
 
 def cmd_run(args) -> int:

@@ -113,6 +113,7 @@ class Field:
     doc: str
     check: Callable[[Any], str | None] | None = None  # returns an error text or None
     optional: bool = False  # None allowed
+    items: tuple[type, ...] = (int, float)  # element types of a list value
 
 
 def _ge(lo):
@@ -220,12 +221,26 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
 }
 
-DEFAULTS: dict[str, Any] = {k: f.default for k, f in SCHEMA[""].items()}
-DEFAULTS.update({sec: {k: f.default for k, f in fs.items()} for sec, fs in SCHEMA.items() if sec})
-DEFAULTS["sweep"] = {}
+Schema = Mapping[str, Mapping[str, Field]]
+
+
+def defaults_of(schema: Schema) -> dict[str, Any]:
+    """The config of a schema's defaults (top-level keys, sections, an empty sweep)."""
+    out: dict[str, Any] = {k: f.default for k, f in schema[""].items()}
+    out.update({sec: {k: f.default for k, f in fs.items()} for sec, fs in schema.items() if sec})
+    out["sweep"] = {}
+    return out
+
+
+def keys_of(schema: Schema) -> tuple[str, ...]:
+    """A schema's dotted keys, in schema order."""
+    return tuple(f"{s}.{k}" if s else k for s, fs in schema.items() for k in fs)
+
+
+DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 
 _DIAGONAL_DEFAULT = [0.2, 0.4, 0.6, 0.8, 1.0]
-ALL_KEYS = tuple(f"{s}.{k}" if s else k for s, fs in SCHEMA.items() for k in fs)
+ALL_KEYS = keys_of(SCHEMA)
 
 
 def _suggest(name: str, options) -> str:
@@ -233,16 +248,16 @@ def _suggest(name: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _field(key: str) -> Field:
+def _field(key: str, schema: Schema = SCHEMA) -> Field:
     sec, _, name = key.rpartition(".")
     try:
-        return SCHEMA[sec][name]
+        return schema[sec][name]
     except KeyError:
-        raise ConfigError(f"{key}: unknown key{_suggest(key, ALL_KEYS)}") from None
+        raise ConfigError(f"{key}: unknown key{_suggest(key, keys_of(schema))}") from None
 
 
-def _check_value(key: str, value: Any) -> Any:
-    f = _field(key)
+def _check_value(key: str, value: Any, schema: Schema = SCHEMA) -> Any:
+    f = _field(key, schema)
     if value is None:
         if f.optional:
             return None
@@ -261,7 +276,13 @@ def _check_value(key: str, value: Any) -> Any:
         raise ConfigError(f"{key}: must be finite, got {value!r}")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and float in f.types:
         value = float(value)
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple)) and f.items != (int, float):
+        value = list(value)
+        for v in value:
+            if not isinstance(v, f.items) or (isinstance(v, bool) and bool not in f.items):
+                what = _typename(f.items).removeprefix("a ").removeprefix("an ")
+                raise ConfigError(f"{key}: expected a list of {what}s, got {v!r}")
+    elif isinstance(value, (list, tuple)):
         value = list(value)
         for v in value:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -286,6 +307,21 @@ def _typename(types) -> str:
     if float in types:
         types = tuple(t for t in types if t is not int)
     return " or ".join(dict.fromkeys(names[t] for t in types if t in names))
+
+
+def keys_help(schema: Schema = SCHEMA, numeric_keys: tuple[str, ...] = NUMERIC_KEYS) -> str:
+    """Every key of a schema with its default and meaning (``--help`` epilogues)."""
+    lines = [
+        "config keys (TOML section.key = default: meaning); numeric keys marked * "
+        "can be swept without recompiling:"
+    ]
+    for sec, fields in schema.items():
+        for name, f in fields.items():
+            key = f"{sec}.{name}" if sec else name
+            star = "*" if key in numeric_keys else " "
+            lines.append(f"  {star}{key} = {f.default!r}: {f.doc}")
+    lines.append('  [sweep] "section.key" = [values, ...]: runs the product of the lists')
+    return "\n".join(lines)
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -324,12 +360,12 @@ def parse_set(assignments: list[str]) -> dict[str, Any]:
     return out
 
 
-def _set_dotted(cfg: dict, key: str, value: Any) -> None:
+def _set_dotted(cfg: dict, key: str, value: Any, schema: Schema = SCHEMA) -> None:
     if key.startswith("sweep."):
         cfg.setdefault("sweep", {})[key[len("sweep.") :]] = value
         return
     sec, _, name = key.rpartition(".")
-    _field(key)  # unknown keys fail here, with a suggestion
+    _field(key, schema)  # unknown keys fail here, with a suggestion
     (cfg.setdefault(sec, {}) if sec else cfg)[name] = value
 
 
@@ -338,10 +374,10 @@ def _get_dotted(cfg: Mapping, key: str) -> Any:
     return (cfg[sec] if sec else cfg)[name]
 
 
-def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def flatten(cfg: Mapping[str, Any], schema: Schema = SCHEMA) -> dict[str, Any]:
     """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
     out = {}
-    for sec, fields in SCHEMA.items():
+    for sec, fields in schema.items():
         for name in fields:
             key = f"{sec}.{name}" if sec else name
             out[key] = _get_dotted(cfg, key)
@@ -351,14 +387,16 @@ def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
 # --- resolution ------------------------------------------------------------------------
 
 
-def _merge_defaults(raw: Mapping[str, Any], custom_loss: Callable | None) -> dict[str, Any]:
-    cfg = copy.deepcopy(DEFAULTS)
+def _merge_defaults(
+    raw: Mapping[str, Any], custom_loss: Callable | None, schema: Schema = SCHEMA
+) -> dict[str, Any]:
+    cfg = copy.deepcopy(defaults_of(schema))
     for key, value in raw.items():
         if key == "sweep":
             if not isinstance(value, Mapping):
                 raise ConfigError("sweep: expected a table of key = [values]")
             cfg["sweep"] = dict(value)
-        elif key in SCHEMA and key:
+        elif key in schema and key:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{key}: expected a table, got {value!r}")
             for name, v in value.items():
@@ -366,11 +404,12 @@ def _merge_defaults(raw: Mapping[str, Any], custom_loss: Callable | None) -> dic
                 if key == "problem" and name == "loss" and callable(v):
                     custom_loss = v
                     continue
-                cfg[key][name] = _check_value(full, v)
-        elif key in SCHEMA[""]:
-            cfg[key] = _check_value(key, value)
+                cfg[key][name] = _check_value(full, v, schema)
+        elif key in schema[""]:
+            cfg[key] = _check_value(key, value, schema)
         else:
-            raise ConfigError(f"{key}: unknown key{_suggest(key, ALL_KEYS + tuple(SCHEMA))}")
+            known = keys_of(schema) + tuple(schema)
+            raise ConfigError(f"{key}: unknown key{_suggest(key, known)}")
     if custom_loss is not None:
         cfg["problem"]["loss"] = custom_loss
     return cfg
@@ -561,16 +600,7 @@ def resolve(
         _set_dotted(raw, key, value)
     cfg = _merge_defaults(raw, custom_loss)
     sweep = cfg["sweep"]
-    for key, values in sweep.items():
-        _field(key)
-        if key in ("x64", "name"):
-            raise ConfigError(
-                f"sweep.{key}: not sweepable; sweepable keys are the others of "
-                f"{', '.join(ALL_KEYS)}"
-            )
-        if not isinstance(values, list) or len(values) == 0:
-            raise ConfigError(f"sweep.{key}: expected a non-empty list of values, got {values!r}")
-        sweep[key] = [_check_value(key, v) for v in values]
+    _check_sweep(sweep)
     # Validate every combination now, so that no bad point surfaces after compiling.
     warn_deterministic(expand(cfg))
     if all(k in NUMERIC_KEYS for k in sweep):
@@ -579,6 +609,21 @@ def resolve(
         # derived values differ per point and are filled per point only.
         _check_consistency(cfg)
     return cfg
+
+
+def _check_sweep(sweep: dict[str, Any], schema: Schema = SCHEMA) -> None:
+    """Validate a ``[sweep]`` table in place: known, sweepable keys, each with a
+    non-empty list of valid values."""
+    for key, values in sweep.items():
+        _field(key, schema)
+        if key in ("x64", "name"):
+            raise ConfigError(
+                f"sweep.{key}: not sweepable; sweepable keys are the others of "
+                f"{', '.join(keys_of(schema))}"
+            )
+        if not isinstance(values, list) or len(values) == 0:
+            raise ConfigError(f"sweep.{key}: expected a non-empty list of values, got {values!r}")
+        sweep[key] = [_check_value(key, v, schema) for v in values]
 
 
 def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:

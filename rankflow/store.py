@@ -115,12 +115,14 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return "; ".join(shown) + more
 
 
-def _chunk_dir(out: str | Path) -> Path:
-    return Path(out) / RESULTS
+def _chunk_dir(out: str | Path, table: str = RESULTS) -> Path:
+    return Path(out) / table
 
 
-def chunk_path(out: str | Path, index: int) -> Path:
-    return _chunk_dir(out) / f"chunk-{index:05d}.parquet"
+def chunk_path(out: str | Path, index: int, table: str = RESULTS) -> Path:
+    """Chunk ``index``'s file of a table (``results.parquet``, or another table of the
+    same directory written chunk by chunk alongside it)."""
+    return _chunk_dir(out, table) / f"chunk-{index:05d}.parquet"
 
 
 def prepare(
@@ -130,10 +132,12 @@ def prepare(
     chunk_size: int | None,
     chunks: int,
     resume: bool,
+    tables: tuple[str, ...] = (RESULTS,),
 ) -> None:
     """Open ``out`` for a sweep of ``config``: a new directory gets its manifest and
     config.json; an existing one must hold the same config (and is resumed only when
-    ``resume``). Raises ``ConfigError`` naming the differences otherwise."""
+    ``resume``). Raises ``ConfigError`` naming the differences otherwise. ``tables``:
+    the chunked tables the sweep writes."""
     from .config import ConfigError
 
     out = Path(out)
@@ -169,25 +173,28 @@ def prepare(
         meta = {"config": dict(config), **provenance()}
         _atomic_write(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
         _atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
-    _chunk_dir(out).mkdir(parents=True, exist_ok=True)
-    for tmp in _chunk_dir(out).glob(".*.tmp"):  # left by a killed writer
-        tmp.unlink(missing_ok=True)
+    for table in tables:
+        _chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
+        for tmp in _chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
+            tmp.unlink(missing_ok=True)
 
 
-def finished_chunks(out: str | Path, chunks, expected_rows) -> tuple[set[int], list[str]]:
+def finished_chunks(
+    out: str | Path, chunks, expected_rows, table: str = RESULTS
+) -> tuple[set[int], list[str]]:
     """Indices of the chunks whose files are complete; corrupt or partial ones (wrong
     row count or runs, unreadable) are removed and returned by name, to be redone."""
     import pyarrow.parquet as pq
 
     done, bad = set(), []
     for c in chunks:
-        p = chunk_path(out, c.index)
+        p = chunk_path(out, c.index, table)
         if not p.exists():
             continue
         try:
-            table = pq.read_table(p, columns=["run_id", "path"])
-            ok = table.num_rows == expected_rows(c) and set(
-                zip(table.column("run_id").to_pylist(), table.column("path").to_pylist())
+            read = pq.read_table(p, columns=["run_id", "path"])
+            ok = read.num_rows == expected_rows(c) and set(
+                zip(read.column("run_id").to_pylist(), read.column("path").to_pylist())
             ) == set(c.runs)
         except Exception:  # noqa: BLE001 - any unreadable file is a corrupt chunk
             ok = False
@@ -195,12 +202,12 @@ def finished_chunks(out: str | Path, chunks, expected_rows) -> tuple[set[int], l
             done.add(c.index)
         else:
             p.unlink(missing_ok=True)
-            bad.append(p.name)
+            bad.append(p.name if table == RESULTS else f"{table}/{p.name}")
     return done, bad
 
 
-def write_chunk(out: str | Path, index: int, df: pd.DataFrame) -> Path:
-    path = chunk_path(out, index)
+def write_chunk(out: str | Path, index: int, df: pd.DataFrame, table: str = RESULTS) -> Path:
+    path = chunk_path(out, index, table)
     _atomic_write(path, lambda p: df.to_parquet(p, index=False))
     return path
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from . import store
 from .observables import OBSERVABLES, num_singular_values
 from .simulate import run_runs, sort_rows, swept_structure_keys
 
-__all__ = ["Chunk", "default_chunk_size", "execute", "plan"]
+__all__ = ["Chunk", "chunk_plan", "default_chunk_size", "execute", "plan"]
 
 # Memory budget of one chunk's program (inputs, problem data, state, saved outputs).
 CHUNK_BYTES = 256 * 2**20
@@ -72,18 +72,38 @@ def plan(cfg: Mapping[str, Any], chunk: int | None = None):
     """``(points, chunks)`` of a resolved config; ``chunk`` runs per chunk (default:
     :func:`default_chunk_size` of each structure)."""
     points = config_lib.expand(cfg)
+    chunks = chunk_plan(
+        points,
+        config_lib.structure_key,
+        paths=lambda point: point["dynamics"]["paths"],
+        size=lambda point: chunk or default_chunk_size(point),
+    )
+    return points, chunks
+
+
+def chunk_plan(
+    points: Sequence[Mapping[str, Any]],
+    structure_key: Callable[[Mapping[str, Any]], str],
+    *,
+    paths: Callable[[Mapping[str, Any]], int],
+    size: Callable[[Mapping[str, Any]], int],
+) -> list[Chunk]:
+    """Points grouped by ``structure_key`` (one program per group, in order of first
+    appearance); each group's runs ``(run_id, path)`` (``paths`` of its first point per
+    point) cut into chunks of ``size`` (of its first point) runs, all padded to the
+    group's batch shape."""
     groups: dict[str, list[int]] = {}
     for i, point in enumerate(points):
-        groups.setdefault(config_lib.structure_key(point), []).append(i)
+        groups.setdefault(structure_key(point), []).append(i)
     chunks: list[Chunk] = []
     for g, members in enumerate(groups.values()):
-        paths = points[members[0]]["dynamics"]["paths"]
-        runs = [(i, path) for i in members for path in range(paths)]
-        size = chunk or default_chunk_size(points[members[0]])
-        pad = min(size, len(runs))
-        for start in range(0, len(runs), size):
-            chunks.append(Chunk(len(chunks), g, tuple(runs[start : start + size]), pad))
-    return points, chunks
+        first = points[members[0]]
+        runs = [(i, path) for i in members for path in range(paths(first))]
+        n = size(first)
+        pad = min(n, len(runs))
+        for start in range(0, len(runs), n):
+            chunks.append(Chunk(len(chunks), g, tuple(runs[start : start + n]), pad))
+    return chunks
 
 
 def _progress(total: int, done: int, quiet: bool):
@@ -116,7 +136,7 @@ class Summary:
         redo = f", {len(self.redone)} corrupt chunks redone" if self.redone else ""
         return (
             f"{self.runs} runs ({self.diverged} diverged, {self.max_steps} max_steps) in "
-            f"{self.seconds:.1f} s, {rate:.1f} runs/s{extra}{redo}"
+            f"{self.seconds:.1f} s, {rate:.3g} runs/s{extra}{redo}"
         )
 
 
