@@ -1,0 +1,234 @@
+"""A decoder-only transformer in flax NNX whose heads are factor pairs.
+
+Per layer, attention keeps the per-head factors as separate parameters,
+``W_Q, W_K, W_V ∈ R^{H×D×d_h}`` and ``W_O ∈ R^{H×d_h×D}`` (THEORY.md, "Attention
+layers"): head h sees ``x`` only through ``W_Q^h W_K^hᵀ`` (key-query, D×D, rank ≤ d_h)
+and ``W_V^h W_O^h`` (value-output). Biases on q, k (``qk_bias``) and on v and the output
+(``vo_bias``) are off by default: they break that product form.
+
+Blocks are pre-LayerNorm (``x + attn(LN(x))``, ``x + mlp(LN(x))``), the MLP is
+``Linear → GELU → Linear`` with biases, the mask causal, positions a learned table of
+``context`` rows; the unembedding is untied (its own matrix) or tied (the token
+embedding's transpose). Vector tasks read ``R^{d_in}`` in and ``R^{d_out}`` out through
+linear maps in place of the embeddings.
+
+For the training code the model is a pure function of a parameter pytree (a nested
+dict of arrays, ``nnx.to_pure_dict`` of the model's state): :class:`Model` holds the
+graph and maps ``(params, inputs) → outputs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float, PRNGKeyArray
+
+__all__ = ["Attention", "Block", "Model", "ModelSpec", "Transformer", "model_spec"]
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Static hyperparameters of the transformer."""
+
+    D: int  # width of the residual stream
+    H: int  # heads per layer
+    layers: int  # transformer blocks
+    context: int  # rows of the position table: the longest sequence
+    mlp_ratio: int  # MLP hidden width / D
+    vocab: int  # token ids 0 … vocab−1; 0 for vector inputs
+    d_in: int  # width of vector inputs; 0 for tokens
+    d_out: int  # output width: vocabulary, or 1 for regression
+    tied: bool = False  # unembedding = token embeddingᵀ
+    qk_bias: bool = False  # biases b_Q, b_K ∈ R^{H×d_h}
+    vo_bias: bool = False  # biases b_V ∈ R^{H×d_h}, b_O ∈ R^D
+    bias_scale: float = 0.0  # std of the initial attention biases
+    x64: bool = False
+
+    @property
+    def d_h(self) -> int:
+        return self.D // self.H
+
+    @property
+    def dtype(self):
+        return jnp.float64 if self.x64 else jnp.float32
+
+
+def model_spec(point, task) -> ModelSpec:
+    """The :class:`ModelSpec` of a resolved attention config and its task."""
+    a = point["attention"]
+    return ModelSpec(
+        D=a["D"],
+        H=a["H"],
+        layers=a["layers"],
+        context=a["context"],
+        mlp_ratio=a["mlp_ratio"],
+        vocab=task.vocab,
+        d_in=task.d_in,
+        d_out=task.d_out,
+        tied=a["tied_embedding"],
+        qk_bias=a["qk_bias"],
+        vo_bias=a["vo_bias"],
+        bias_scale=a["bias_scale"],
+        x64=point["x64"],
+    )
+
+
+class Attention(nnx.Module):
+    """Causal multi-head attention with per-head factor parameters.
+
+    ``W_Q, W_K, W_V`` (H×D×d_h) and ``W_O`` (H×d_h×D) start N(0, init_scale²/D).
+    """
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, init_scale=1.0):
+        D, H, d_h, dtype = spec.D, spec.H, spec.d_h, spec.dtype
+        std = init_scale / np.sqrt(D)
+
+        def normal(shape, scale):
+            return scale * jax.random.normal(rngs.params(), shape, dtype)
+
+        self.W_Q = nnx.Param(normal((H, D, d_h), std))
+        self.W_K = nnx.Param(normal((H, D, d_h), std))
+        self.W_V = nnx.Param(normal((H, D, d_h), std))
+        self.W_O = nnx.Param(normal((H, d_h, D), std))
+        if spec.qk_bias:
+            self.b_Q = nnx.Param(normal((H, d_h), spec.bias_scale))
+            self.b_K = nnx.Param(normal((H, d_h), spec.bias_scale))
+        if spec.vo_bias:
+            self.b_V = nnx.Param(normal((H, d_h), spec.bias_scale))
+            self.b_O = nnx.Param(normal((D,), spec.bias_scale))
+        self.qk_bias, self.vo_bias, self.d_h = spec.qk_bias, spec.vo_bias, d_h
+
+    def __call__(
+        self,
+        x_BxTxD: Float[Array, "B T D"],
+        probe_qk_HxDxD: Float[Array, "H D D"] | None = None,
+        probe_vo_HxDxD: Float[Array, "H D D"] | None = None,
+    ) -> Float[Array, "B T D"]:
+        """The probes, when given, are added to each head's products ``W_Q^h W_K^hᵀ`` and
+        ``W_V^h W_O^h``: the gradient with respect to a probe at 0 is the gradient of the
+        loss with respect to that product (``G`` of THEORY.md)."""
+        B, T, D = x_BxTxD.shape
+        q_BxHxTxd = jnp.einsum("btd,hde->bhte", x_BxTxD, self.W_Q[...])
+        k_BxHxTxd = jnp.einsum("btd,hde->bhte", x_BxTxD, self.W_K[...])
+        v_BxHxTxd = jnp.einsum("btd,hde->bhte", x_BxTxD, self.W_V[...])
+        if self.qk_bias:
+            q_BxHxTxd = q_BxHxTxd + self.b_Q[...][None, :, None, :]
+            k_BxHxTxd = k_BxHxTxd + self.b_K[...][None, :, None, :]
+        if self.vo_bias:
+            v_BxHxTxd = v_BxHxTxd + self.b_V[...][None, :, None, :]
+        scores_BxHxTxT = jnp.einsum("bhte,bhse->bhts", q_BxHxTxd, k_BxHxTxd)
+        if probe_qk_HxDxD is not None:
+            scores_BxHxTxT = scores_BxHxTxT + jnp.einsum(
+                "btd,hde,bse->bhts", x_BxTxD, probe_qk_HxDxD, x_BxTxD
+            )
+        scores_BxHxTxT = scores_BxHxTxT / np.sqrt(self.d_h)
+        causal_TxT = jnp.tril(jnp.ones((T, T), bool))
+        neg = jnp.finfo(scores_BxHxTxT.dtype).min
+        scores_BxHxTxT = jnp.where(causal_TxT[None, None], scores_BxHxTxT, neg)
+        att_BxHxTxT = jax.nn.softmax(scores_BxHxTxT, axis=-1)
+        z_BxHxTxd = jnp.einsum("bhts,bhse->bhte", att_BxHxTxT, v_BxHxTxd)
+        out_BxTxD = jnp.einsum("bhte,hed->btd", z_BxHxTxd, self.W_O[...])
+        if probe_vo_HxDxD is not None:
+            out_BxTxD = out_BxTxD + jnp.einsum(
+                "bhts,bsd,hde->bte", att_BxHxTxT, x_BxTxD, probe_vo_HxDxD
+            )
+        if self.vo_bias:
+            out_BxTxD = out_BxTxD + self.b_O[...][None, None, :]
+        return out_BxTxD
+
+
+class MLP(nnx.Module):
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        kw = {"dtype": spec.dtype, "param_dtype": spec.dtype, "rngs": rngs}
+        self.fc_in = nnx.Linear(spec.D, spec.mlp_ratio * spec.D, **kw)
+        self.fc_out = nnx.Linear(spec.mlp_ratio * spec.D, spec.D, **kw)
+
+    def __call__(self, x_BxTxD):
+        return self.fc_out(jax.nn.gelu(self.fc_in(x_BxTxD)))
+
+
+class Block(nnx.Module):
+    """Pre-LayerNorm block: ``x + attn(LN₁(x))``, then ``x + mlp(LN₂(x))``."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, init_scale=1.0):
+        kw = {"dtype": spec.dtype, "param_dtype": spec.dtype, "rngs": rngs}
+        self.ln1 = nnx.LayerNorm(spec.D, **kw)
+        self.attn = Attention(spec, rngs=rngs, init_scale=init_scale)
+        self.ln2 = nnx.LayerNorm(spec.D, **kw)
+        self.mlp = MLP(spec, rngs=rngs)
+
+    def __call__(self, x_BxTxD, probe_qk=None, probe_vo=None):
+        x_BxTxD = x_BxTxD + self.attn(self.ln1(x_BxTxD), probe_qk, probe_vo)
+        return x_BxTxD + self.mlp(self.ln2(x_BxTxD))
+
+
+class Transformer(nnx.Module):
+    """Token (or vector) embedding + learned positions, ``layers`` blocks, a final
+    LayerNorm and the unembedding (or read-out)."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, init_scale=1.0):
+        D, dtype = spec.D, spec.dtype
+        kw = {"dtype": dtype, "param_dtype": dtype, "rngs": rngs}
+        if spec.vocab:
+            self.embed = nnx.Embed(spec.vocab, D, **kw)  # entries N(0, 1/D)
+        else:
+            self.embed = nnx.Linear(spec.d_in, D, use_bias=False, **kw)
+        self.pos = nnx.Param(
+            jax.random.normal(rngs.params(), (spec.context, D), dtype) / np.sqrt(D)
+        )
+        self.blocks = nnx.List(
+            [Block(spec, rngs=rngs, init_scale=init_scale) for _ in range(spec.layers)]
+        )
+        self.ln_f = nnx.LayerNorm(D, **kw)
+        if not spec.tied:
+            self.unembed = nnx.Linear(D, spec.d_out, use_bias=False, **kw)
+        self.tied = spec.tied
+
+    def __call__(self, inputs, probes: dict[str, Array] | None = None) -> Float[Array, "B T V"]:
+        """``inputs``: token ids (B, T) or vectors (B, T, d_in); ``probes``: optional
+        ``{"qk": (layers, H, D, D), "vo": (layers, H, D, D)}`` (see :class:`Attention`).
+        Returns logits (B, T, vocab) or predictions (B, T, d_out)."""
+        T = inputs.shape[1]
+        x_BxTxD = self.embed(inputs) + self.pos[...][:T][None]
+        for l, block in enumerate(self.blocks):
+            pq = None if probes is None else probes["qk"][l]
+            pv = None if probes is None else probes["vo"][l]
+            x_BxTxD = block(x_BxTxD, pq, pv)
+        x_BxTxD = self.ln_f(x_BxTxD)
+        return self.embed.attend(x_BxTxD) if self.tied else self.unembed(x_BxTxD)
+
+
+class Model:
+    """The transformer of a :class:`ModelSpec` as pure functions of a parameter pytree
+    (a nested dict of arrays: ``params["blocks"][l]["attn"]["W_Q"]`` …)."""
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        with jax.enable_x64(spec.x64):
+            abstract = nnx.eval_shape(lambda: Transformer(spec, rngs=nnx.Rngs(0)))
+        self.graphdef, self._template = nnx.split(abstract)
+
+    def init(self, key: PRNGKeyArray, init_scale=1.0) -> Params:
+        """Fresh parameters (jittable, vmappable in ``key`` and ``init_scale``)."""
+        model = Transformer(self.spec, rngs=nnx.Rngs(key), init_scale=init_scale)
+        return nnx.to_pure_dict(nnx.state(model))
+
+    def module(self, params: Params) -> Transformer:
+        state = jax.tree.map(lambda x: x, self._template)
+        nnx.replace_by_pure_dict(state, params)
+        return nnx.merge(self.graphdef, state)
+
+    def apply(self, params: Params, inputs, probes=None):
+        return self.module(params)(inputs, probes)
+
+    def zero_probes(self, dtype=None) -> dict[str, Array]:
+        s = self.spec
+        shape = (s.layers, s.H, s.D, s.D)
+        return {p: jnp.zeros(shape, dtype or s.dtype) for p in ("qk", "vo")}

@@ -1,0 +1,60 @@
+"""Per-head observables of both factor pairs, from :func:`rankflow.observables.observables`.
+
+For layer l and head h (THEORY.md, "Attention layers"):
+
+- key-query (``pair = "qk"``): ``A = W_Q^h`` (D×d_h), ``B = W_K^h``, product
+  ``W_Q^h W_K^hᵀ`` (D×D);
+- value-output (``pair = "vo"``): ``A = W_V^h``, ``B = W_O^hᵀ``, product ``W_V^h W_O^h``.
+
+Every column is the one of THEORY.md's observables table for that pair; the loss
+columns (``loss``, ``l2_loss``, ``star_loss``) are not per head and are left out (the
+model's losses are in the ``loss`` table).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ..observables import OBSERVABLES, observables
+
+__all__ = ["HEAD_COLUMNS", "PAIRS", "head_factors", "head_observables"]
+
+PAIRS = ("qk", "vo")
+# The per-head scalar columns, in table order; ``sv_1 … sv_{d_h}`` follow them.
+HEAD_COLUMNS = tuple(c for c in OBSERVABLES if c not in ("loss", "l2_loss", "star_loss"))
+
+Factors = dict[str, tuple[Float[Array, "*S D d_h"], Float[Array, "*S D d_h"]]]
+
+
+def head_factors(params, layers: int) -> Factors:
+    """``{"qk": (A, B), "vo": (A, B)}`` with ``A, B`` of shape (layers, H, D, d_h)."""
+    attn = [params["blocks"][l]["attn"] for l in range(layers)]
+    stack = lambda name: jnp.stack([a[name] for a in attn])
+    return {
+        "qk": (stack("W_Q"), stack("W_K")),
+        "vo": (stack("W_V"), jnp.swapaxes(stack("W_O"), -1, -2)),
+    }
+
+
+def head_observables(factors: Factors, rank_tol: float) -> dict[str, Array]:
+    """Every :data:`HEAD_COLUMNS` entry of every head, for factors with any leading
+    shape ``S`` (e.g. runs × saves × layers × H): each column has shape ``S + (2,)``
+    (the pairs in :data:`PAIRS` order, last), and ``"sv"`` ``S + (2, d_h)``.
+
+    The heads go through the core's observables one at a time (``lax.map``, not
+    ``vmap``): XLA:CPU runs independent batched LAPACK calls (QR, SVD, eigvalsh) side by
+    side, and two at once deadlocked on 2 cores (jax 0.10.2: a vmapped batch of 4,032
+    heads hung in the SVD of one head beside the eigvalsh of another). A single head's
+    decompositions are computed inline and cannot deadlock; the map costs the same here.
+    """
+    A = jnp.stack([factors[pair][0] for pair in PAIRS], axis=-3)  # S + (2, D, d_h)
+    B = jnp.stack([factors[pair][1] for pair in PAIRS], axis=-3)
+    lead, (D, r) = A.shape[:-2], A.shape[-2:]
+    zero = jnp.zeros((), A.dtype)
+    flat = [jnp.reshape(x, (math.prod(lead), D, r)) for x in (A, B)]
+    out = jax.lax.map(lambda ab: observables(*ab, zero, zero, rank_tol), flat)
+    return {k: jnp.reshape(out[k], lead + out[k].shape[1:]) for k in HEAD_COLUMNS + ("sv",)}

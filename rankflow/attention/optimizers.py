@@ -1,0 +1,95 @@
+"""Parameter groups and optax optimizers with weight decay per group.
+
+Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η))`` with
+``decay_g = optax.add_decayed_weights(λ_g, mask=group g)``, so a step is
+``θ ← θ − η(u + λ_g θ)`` on decayed groups and ``θ ← θ − ηu`` elsewhere, with ``u``:
+
+- ``sgd``: the (minibatch) gradient (GD of THEORY.md on decayed groups);
+- ``momentum``: the EMA ``M ← (1−μ)M + μg`` (decoupled decay, THEORY.md's table);
+- ``adamw``: Adam's direction; the chain is exactly ``optax.adamw`` with a mask.
+
+η, λ_g and μ are traced (one compilation serves a sweep of them); the masks are static.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jax
+import optax
+
+from .config import GROUPS
+
+__all__ = ["group_of", "group_tree", "make_optimizer", "mask", "per_leaf_lam"]
+
+_QK = ("W_Q", "W_K", "b_Q", "b_K")
+_VO = ("W_V", "W_O", "b_V", "b_O")
+
+
+def _name(entry) -> str:
+    return str(getattr(entry, "key", getattr(entry, "name", getattr(entry, "idx", entry))))
+
+
+def group_of(path) -> str:
+    """The group of a parameter from its pytree path (``blocks/0/attn/W_Q`` → ``qk``)."""
+    names = [_name(e) for e in path]
+    leaf = names[-1]
+    if "attn" in names:
+        if leaf in _QK:
+            return "qk"
+        if leaf in _VO:
+            return "vo"
+    elif "mlp" in names:
+        return "mlp"
+    elif any(n in ("ln1", "ln2", "ln_f") for n in names):
+        return "norm"
+    elif names[0] in ("embed", "pos", "unembed"):
+        return "embed"
+    raise ValueError(f"no parameter group for {'/'.join(names)}")
+
+
+def group_tree(params):
+    """A pytree like ``params`` holding each leaf's group name."""
+    return jax.tree_util.tree_map_with_path(lambda p, _: group_of(p), params)
+
+
+def mask(params, group: str):
+    """The boolean mask of one group (a pytree like ``params``)."""
+    return jax.tree_util.tree_map_with_path(lambda p, _: group_of(p) == group, params)
+
+
+def per_leaf_lam(params, lam: Mapping[str, object], decay: Sequence[str]):
+    """Each leaf's λ: its group's ``lam[g]`` when g is in ``decay``, else 0 (Python 0.0,
+    so that undecayed leaves get no decay term at all)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda p, _: lam[group_of(p)] if group_of(p) in decay else 0.0, params
+    )
+
+
+def make_optimizer(
+    kind: str,
+    params,
+    hyper: Mapping[str, object],
+    decay: Sequence[str],
+    *,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+) -> optax.GradientTransformation:
+    """The optimizer ``kind`` (sgd, momentum, adamw) for parameters shaped like
+    ``params``, with ``hyper`` holding traced ``eta``, ``mu`` and ``lam_<group>``, and
+    decay on the groups ``decay`` only."""
+    if kind == "sgd":
+        direction = optax.identity()
+    elif kind == "momentum":
+        direction = optax.ema(1.0 - hyper["mu"], debias=False)
+    elif kind == "adamw":
+        direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+    else:
+        raise ValueError(f"train.kind: no optimizer named {kind!r}")
+    decays = [
+        optax.add_decayed_weights(hyper[f"lam_{g}"], mask=mask(params, g))
+        for g in GROUPS
+        if g in decay
+    ]
+    return optax.chain(direction, *decays, optax.scale(-hyper["eta"]))

@@ -1,0 +1,229 @@
+"""One structure of an attention config → one compiled, vmapped program.
+
+Points that differ only in :data:`config.NUMERIC_KEYS` (seed, λ per group, η, μ, init
+scale) share a :class:`Program`: those values are traced and batched with ``vmap``, so a
+sweep over λ and seeds trains a batch of models in one compiled program (the parameter
+pytrees of ``nnx.split`` stacked along a leading run axis).
+
+A run saves, at steps 0, eval_every, …, steps: every per-head observable of both pairs
+(:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
+fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequences) and
+``val_loss`` (the fixed validation set).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import config as config_lib
+from .flow import integrate
+from .model import Model, model_spec
+from .observables import head_factors, head_observables
+from .optimizers import make_optimizer, per_leaf_lam
+from .tasks import make_task
+from .train import iterate, loss_fn
+
+__all__ = ["PARAM_KEYS", "STATUS", "TRACE_COUNTS", "Program", "params_of", "program_for"]
+
+STATUS = ("ok", "diverged", "max_steps")  # codes 0, 1, 2
+PARAM_KEYS = config_lib.NUMERIC_KEYS
+# How many times each structure's program has been traced (tests assert it stays 1).
+TRACE_COUNTS: dict[str, int] = defaultdict(int)
+
+
+@dataclass
+class Program:
+    """``run(params)`` takes a dict of 1-d arrays (one entry per run, keys
+    :data:`PARAM_KEYS`) and returns numpy arrays: each of
+    :data:`.observables.HEAD_COLUMNS` with shape (runs, saves, layers, H, 2) (pairs
+    last), ``sv`` (runs, saves, layers, H, 2, d_h),
+    ``train_loss``, ``val_loss`` and ``status`` (runs, saves)."""
+
+    point: dict[str, Any]
+    key: str
+    task: Any = field(init=False)
+    model: Model = field(init=False)
+
+    def __post_init__(self):
+        pt = self.point
+        self.task = make_task(pt)
+        self.spec = model_spec(pt, self.task)
+        self.model = Model(self.spec)
+        self.kind = pt["train"]["kind"]
+        self.decay = tuple(pt["train"]["decay"])
+        self.steps = np.asarray(config_lib.save_steps(pt))
+        self.dtype = self.spec.dtype
+        self.loss = loss_fn(self.model, self.task)
+        self._jitted = jax.jit(self._batch)
+        # The per-head observables (QR, SVD, eigh of every head) run as a program of
+        # their own, after training: inside the training loop, XLA:CPU was seen to
+        # deadlock on batched LAPACK calls running beside the rest of the step.
+        self._heads = jax.jit(self._head_observables)
+
+    @property
+    def continuous(self) -> bool:
+        return self.kind == "gradient_flow"
+
+    def data(self) -> dict[str, Any]:
+        """Everything the runs share: char_lm's training split and the fixed
+        evaluation sets."""
+        with jax.enable_x64(self.spec.x64):
+            out: dict[str, Any] = {"val": self.task.eval_set("val", self.dtype)}
+            if not self.continuous:
+                out["train_eval"] = self.task.eval_set("train", self.dtype)
+            if self.task.kind == "char_lm":
+                out["train"] = jnp.asarray(self.task.splits()["train"])
+            return out
+
+    def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run a batch of runs, sharded over all devices (padded to a multiple of
+        their number); each run's arithmetic is the same whatever that number."""
+        n = len(params["seed"])
+        devices = jax.devices()
+        padded = -(-n // len(devices)) * len(devices)
+        with jax.enable_x64(self.spec.x64):
+            batch = {
+                k: jnp.asarray(
+                    np.pad(np.asarray(params[k]), (0, padded - n), mode="edge"),
+                    jnp.int32 if k == "seed" else self.dtype,
+                )
+                for k in PARAM_KEYS
+            }
+            if len(devices) > 1:
+                mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+                sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+                batch = jax.device_put(batch, sharding)
+            out = self._jitted(batch, self.data())
+            out.update(self._heads(out.pop("factors"), out["status"]))
+            return jax.tree.map(lambda x: np.asarray(x)[:n], out)
+
+    # -- the traced program --------------------------------------------------------------
+
+    def hyper(self, p: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+        """The optimizer's traced hyperparameters of one run."""
+        out = {"eta": p["train.eta"], "mu": p["train.mu"]}
+        out.update({f"lam_{g}": p[f"train.lam_{g}"] for g in config_lib.GROUPS})
+        return out
+
+    def keys(self, seed):
+        """``(init_key, batch_key)`` of a run."""
+        base = jax.random.PRNGKey(seed)
+        return jax.random.fold_in(base, 1), jax.random.fold_in(base, 2)
+
+    def init(self, p: Mapping[str, jax.Array]):
+        """A run's initial parameters."""
+        return self.model.init(self.keys(p["seed"])[0], p["attention.init_scale"])
+
+    def _batch(self, P: dict[str, jax.Array], data: dict[str, Any]) -> dict[str, jax.Array]:
+        TRACE_COUNTS[self.key] += 1
+        # Initialisation runs as a loop over runs, not vmapped: batched PRNG code takes
+        # XLA several times longer to compile, and init is cheap to run.
+        params0 = jax.lax.map(self.init, P)
+        full = jax.lax.map(lambda p: self.full_batch(p, data), P) if self.continuous else None
+        return jax.vmap(self._single, in_axes=(0, 0, 0, None))(P, params0, full, data)
+
+    def full_batch(self, p: Mapping[str, jax.Array], data: Mapping[str, Any]):
+        """Gradient flow's fixed training batch of a run."""
+        key = self.keys(p["seed"])[1]
+        return self.task.sample(key, self.point["train"]["batch"], data, self.dtype)
+
+    def _single(self, p, params0, full, data: dict[str, Any]) -> dict[str, jax.Array]:
+        pt, task, dtype = self.point, self.task, self.dtype
+        batch_key = self.keys(p["seed"])[1]
+        hyper = self.hyper(p)
+        layers = self.spec.layers
+
+        def observe(params, train_set):
+            out = {"factors": head_factors(params, layers)}
+            out["train_loss"] = self.loss(params, train_set)
+            out["val_loss"] = self.loss(params, data["val"])
+            out["_max_abs"] = jnp.max(
+                jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(params)])
+            )
+            return out
+
+        tr = pt["train"]
+        if self.continuous:
+            s = pt["solver"]
+            lam = {g: hyper[f"lam_{g}"] for g in config_lib.GROUPS}
+            lam_tree = per_leaf_lam(params0, lam, self.decay)
+            obs, reached, max_steps_hit = integrate(
+                self.loss,
+                lam_tree,
+                hyper["eta"],
+                params0,
+                full,
+                self.steps.astype(np.float64),
+                lambda params: observe(params, full),
+                method=s["method"],
+                rtol=s["rtol"],
+                atol=s["atol"],
+                max_steps=s["max_steps"],
+            )
+        else:
+            opt = make_optimizer(
+                self.kind, params0, hyper, self.decay, b1=tr["b1"], b2=tr["b2"], eps=tr["eps"]
+            )
+            obs = iterate(
+                self.loss,
+                opt,
+                lambda key: task.sample(key, tr["batch"], data, dtype),
+                params0,
+                batch_key,
+                every=tr["eval_every"],
+                saves=len(self.steps),
+                observe=lambda params: observe(params, data["train_eval"]),
+            )
+            reached = jnp.ones(len(self.steps), bool)
+            max_steps_hit = ~reached
+        return self._finish(obs, reached, max_steps_hit)
+
+    def _head_observables(self, factors, status):
+        """Observables of every head at every save; NaN where the run is not ok (its
+        factors are zeroed first, so that LAPACK never sees a NaN)."""
+        ok = status == 0
+        expand = lambda x: jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
+        factors = jax.tree.map(lambda x: jnp.where(expand(x), x, 0.0), factors)
+        out = head_observables(factors, self.point["train"]["rank_tol"])
+        return jax.tree.map(lambda x: jnp.where(expand(x), x, jnp.nan), out)
+
+    def _finish(self, obs, reached, max_steps_hit):
+        """Status per save: diverged from the first save with a non-finite loss or a
+        parameter entry beyond ``train.diverge_norm`` (or that the solver never
+        reached); every output is NaN where the status is not ok."""
+        limit = self.point["train"]["diverge_norm"]
+        max_abs = obs.pop("_max_abs")
+        finite = jnp.isfinite(obs["train_loss"]) & jnp.isfinite(obs["val_loss"])
+        blown = ~(max_abs <= limit) | ~finite | ~reached
+        blown = jnp.cumsum(blown) > 0
+        status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
+        obs = jax.tree.map(
+            lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
+            obs,
+        )
+        obs["status"] = status
+        return obs
+
+
+_PROGRAMS: dict[str, Program] = {}
+
+
+def program_for(point: Mapping[str, Any]) -> Program:
+    """The (cached) program of a point's structure."""
+    key = config_lib.structure_key(point)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = Program(dict(point), key)
+    return _PROGRAMS[key]
+
+
+def params_of(point: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's traced values (each group's λ filled in)."""
+    flat = config_lib.flatten(point)
+    return {k: flat[k] for k in PARAM_KEYS}
