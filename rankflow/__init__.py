@@ -11,11 +11,11 @@ import os as _os
 def _xla_cpu_flags() -> None:
     """Single-threaded Eigen in XLA:CPU, unless the user chose otherwise.
 
-    XLA:CPU's multithreaded Eigen pool can deadlock on vmapped programs that hold
-    several batched decompositions (rankflow's observables: SVD and eigvalsh); measured
-    here, jax 0.10.2 on 2 cores: a batch of 2,048 observables hung in 2 of 4 runs with
-    the pool and in 0 of 4 without it, and ran 1.5× faster without it. Must be set before
-    JAX creates its CPU backend; ``RANKFLOW_EIGEN_THREADS=1`` keeps JAX's default.
+    Measured here (jax 0.10.2, 2 cores), a vmapped batch of 2,048 runs' observables ran
+    1.5× faster with XLA's Eigen kernels single-threaded: at this suite's sizes the
+    batch, not the single matrix, is the parallelism worth having. Must be set before JAX
+    creates its CPU backend; ``RANKFLOW_EIGEN_THREADS=1`` keeps JAX's default. (The
+    deadlocks of batched CPU LAPACK kernels are avoided in ``rankflow.observables``.)
     """
     flags = _os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" in flags or _os.environ.get("RANKFLOW_EIGEN_THREADS"):

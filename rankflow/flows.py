@@ -36,21 +36,33 @@ __all__ = [
 
 def factor_grads(problem: Problem, minibatch: bool = False) -> Callable:
     """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``; with
-    ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``."""
+    ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``.
+
+    The chain rule is written out rather than left to ``jax.grad`` of ``L(ABᵀ)``: autodiff
+    emits ``Gᵀ A`` as a dot contracting ``G``'s first axis, which XLA:CPU runs as a plain
+    single-threaded dot, while ``transpose(G) @ A`` keeps a canonical dot that goes to its
+    fast batched matmul kernel (≈ 25% of a GD step at d = 32, 64 runs; benchmarks/)."""
+
+    def chain(G, theta):
+        A, B = theta
+        return G @ B, jnp.swapaxes(G, -1, -2) @ A
 
     if minibatch:
+        grad_w_batch = jax.grad(problem.batch_loss)
 
-        def batch_loss(theta, data, idx):
+        def batch_grads(theta, data, idx):
             A, B = theta
-            return problem.batch_loss(A @ B.T, data, idx)
+            return chain(grad_w_batch(A @ B.T, data, idx), theta)
 
-        return jax.grad(batch_loss)
+        return batch_grads
 
-    def data_loss(theta, data):
+    grad_w = jax.grad(problem.loss)
+
+    def grads(theta, data):
         A, B = theta
-        return problem.loss(A @ B.T, data)
+        return chain(grad_w(A @ B.T, data), theta)
 
-    return jax.grad(data_loss)
+    return grads
 
 
 def _axpy(a, x, y):
