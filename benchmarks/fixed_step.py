@@ -4,9 +4,8 @@
     python -m benchmarks.fixed_step --quick          # a smoke run (seconds)
     python -m benchmarks.fixed_step --configs 128 --steps 4000 --dim 16 --json out.json
 
-Four cases, each timed in ONE process on the same problem, the same configurations
-(a λ × η grid, one seed per configuration), the same initial state and the same number
-of steps:
+Four cases on the same problem, the same configurations (a λ × η grid, one seed per
+configuration), the same initial state and the same number of steps:
 
   (a) ``gd`` and ``gradient_flow`` (diffrax Euler, dt = 1) against the scan
       ``θ ← θ − η(∇L + λθ)``;                                         target ratio ≤ 1.10
@@ -14,33 +13,39 @@ of steps:
       a scan that draws ``jax.random.normal`` at every step,
       ``θ ← θ − η(∇L + σξ + λθ)``;                                    target ratio ≤ 1.25
 
-The ratio is rankflow's run time over the scan's. Fairness:
+The ratio is rankflow's run time over the scan's (median of the calls; the fastest calls'
+ratio and the process-CPU-time ratio are shown too). Fairness:
 
 - Both sides compute the same thing: the observables of ``rankflow.observables`` at the
-  same save times (``save.num`` evenly spaced saves, t = 0 and t = steps by default),
-  inside the same jitted, vmapped program as the steps. The scan is structured as
-  rankflow's optimizer programs are (an outer scan over save intervals whose body runs
-  the steps and then observes), with a hand-written gradient ``G = ∇_W L`` and
-  ``(∇_A, ∇_B) = (G B, Gᵀ A)``.
+  same save times (``--saves`` evenly spaced saves; t = 0 and t = steps by default),
+  inside the jitted, vmapped program of the steps. The scan is structured as rankflow's
+  optimizer programs are (an outer scan over save intervals whose body runs the steps and
+  then observes), with a hand-written gradient ``G = ∇_W L``, ``(∇_A, ∇_B) = (G B, Gᵀ A)``.
 - The same start: both sides derive data and (A, B) from the same seed with
-  ``rankflow.problems`` (set-up, not timed separately: it is inside both programs).
-- The same noise, bit for bit where the PRNG allows: the ``sgd_gaussian`` scan splits
-  its key as rankflow's optax noise transform does; the ``stochastic_flow`` scan draws
-  from the keys diffrax's ``UnsafeBrownianPath`` uses (``fold_in`` of the bit patterns
-  of t₀ and t₁) on diffrax's time grid ``t_k = t1·(k/steps)``. Each row reports the
-  largest deviation of the observables between the two sides.
+  ``rankflow.problems`` (inside both programs).
+- The same noise, bit for bit: the ``sgd_gaussian`` scan splits its key as rankflow's
+  optax noise transform does; the ``stochastic_flow`` scan draws from the keys diffrax's
+  ``UnsafeBrownianPath`` uses (``fold_in`` of the bits of t₀ and t₁) on diffrax's time
+  grid, which rankflow lays on each save interval: ``t_k = s + (e − s)·(k/N)``. Each row
+  shows the largest deviation of the observables between the two sides, each relative
+  to its scale (0: identical bits).
+  ``gradient_flow``'s Euler steps are ``t_{k+1} − t_k`` on that float32 grid, not
+  exactly 1: it is checked against an (untimed) Euler scan on the grid, and its distance
+  to the timed dt = 1 scan is printed.
 - Timing: ``compile`` is the first call minus the median run (tracing + XLA compile);
-  ``run`` is the median of ``--repeats`` further calls, rankflow and scan interleaved so
-  that a load change on the machine hits both. rankflow is timed through
-  ``rankflow.simulate.program_for(point).run(params)`` (the cached, compiled program of
-  the structure, what ``rankflow.run`` calls, without building the pandas table); that
+  ``run`` is the median of ``--repeats`` further calls, rankflow and scan interleaved
+  (alternating which goes first) so that load changes hit both. rankflow is timed through
+  ``rankflow.simulate.program_for(point).run(params)``: the cached compiled program of
+  the structure, which ``rankflow.run`` calls, without building the pandas table; that
   includes the host → device copy of the parameters and the device → host copy of the
   observables, and the scan side does the same.
 
-A watchdog aborts the process (exit code 3, with a message) if one call takes longer
-than ``--hang-timeout`` seconds: jaxlib 0.10's CPU LAPACK kernels can deadlock when two
-batched decompositions (the observables' SVD and eigvalsh) run concurrently on a 2-thread
-pool; see README.md in this folder.
+Each case runs in its own worker process. jaxlib 0.10's batched CPU LAPACK kernels can
+deadlock when two of them run at once on a 2-core machine (rankflow's observables avoid
+it by computing one matrix at a time); a watchdog ends a worker whose call used no CPU
+for ``--stall-timeout`` seconds, the case is started again (up to ``--attempts`` times)
+and the table counts it under ``hangs``, so a regression shows as a number. See
+README.md in this folder.
 """
 
 from __future__ import annotations
@@ -144,7 +149,10 @@ def grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def base_config(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     d = args.dim
     if args.problem == "diagonal":
-        problem = {"kind": "diagonal", "singular_values": [float(v) for v in np.linspace(1, 1 / d, d)]}
+        problem = {
+            "kind": "diagonal",
+            "singular_values": [float(v) for v in np.linspace(1, 1 / d, d)],
+        }
     else:
         problem = {"kind": "sensing", "m": d, "n": d, "rank": max(1, d // 4), "samples": 4 * d * d}
     cfg: dict[str, Any] = {
@@ -207,7 +215,6 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
     steps = int(round(ts[-1]))
     every = steps // (len(ts) - 1)
     f32 = jnp.float32
-    T1, N = f32(steps), f32(steps)
 
     if problem.kind == "diagonal":
 
@@ -224,11 +231,15 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
     else:
         raise ValueError(problem.kind)
 
-    def time_at(k):
-        """diffrax's ConstantStepSize grid: t_1 = t0 + dt0, t_k = t0 + (t1 − t0)·(k/N)."""
+    def time_at(k, t0, t1):
+        """diffrax's ConstantStepSize grid on one save interval [t0, t1] (rankflow solves
+        each interval on its own): t_1 = t0 + dt0, t_k = t0 + (t1 − t0)·(k/N), t_N = t1."""
+        # N is computed from the traced bounds as diffrax does: a compile-time constant N
+        # lets XLA divide by multiplying with 1/N, which rounds differently.
+        n = jnp.ceil((t1 - t0) / jnp.nextafter(f32(1.0), f32(jnp.inf))).astype(jnp.int32)
         kf = k.astype(f32)
-        t = T1 * (kf / N)
-        return jnp.where(k == 1, f32(1.0), jnp.where(k == steps, T1, jnp.where(k == 0, 0.0, t)))
+        t = t0 + (t1 - t0) * (kf / n.astype(f32))
+        return jnp.where(k == 1, t0 + 1.0, jnp.where(k == every, t1, jnp.where(k == 0, t0, t)))
 
     def single(p):
         base = jax.random.PRNGKey(p["seed"])
@@ -250,14 +261,15 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
         def observe(A, B):
             return observables(A, B, problem.loss(A @ B.T, data), lam, rank_tol)
 
-        def step(carry, _):
+        def step(carry, bounds):
             A, B, key, k = carry
+            t0_int, t1_int = bounds
             G = grad_w(A @ B.T, data)
             gA, gB = G @ B, G.T @ A
             if kind == "gd":
                 A, B = A - eta * (gA + lam * A), B - eta * (gB + lam * B)
             elif kind == "gd_grid":  # Euler on diffrax's float32 time grid (checks only)
-                dt = time_at(k + 1) - time_at(k)
+                dt = time_at(k + 1, t0_int, t1_int) - time_at(k, t0_int, t1_int)
                 A = A + (-eta * (lam * A + gA)) * dt
                 B = B + (-eta * (lam * B + gB)) * dt
             elif noise == "optax":
@@ -267,7 +279,7 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
                 gB = gB + sigma * jax.random.normal(kb, B.shape, f32)
                 A, B = A - eta * (gA + lam * A), B - eta * (gB + lam * B)
             else:  # diffrax: Euler–Maruyama on diffrax's grid with its Brownian keys
-                t0, t1 = time_at(k), time_at(k + 1)
+                t0, t1 = time_at(k, t0_int, t1_int), time_at(k + 1, t0_int, t1_int)
                 dt = t1 - t0
                 bk = jax.random.fold_in(key, jax.lax.bitcast_convert_type(t0, jnp.int32))
                 bk = jax.random.fold_in(bk, jax.lax.bitcast_convert_type(t1, jnp.int32))
@@ -280,20 +292,19 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
                 B = B + ((-eta * (lam * B + gB)) * dt + g * dWB)
             return (A, B, key, k + 1), None
 
-        def interval(carry, _):
-            carry = jax.lax.scan(step, carry, length=every)[0]
+        def interval(carry, i):
+            # The step index k restarts at every save interval (diffrax's grid above).
+            A, B, key, _ = carry
+            bounds = (f32(every) * i.astype(f32), f32(every) * (i + 1).astype(f32))
+            carry = (A, B, key, jnp.asarray(0, jnp.int32))
+            carry = jax.lax.scan(lambda c, _: step(c, bounds), carry, length=every)[0]
             return carry, observe(carry[0], carry[1])
 
         first = observe(A, B)
-        # Start the steps after the first save's LAPACK calls have finished (a data
-        # dependency; values unchanged): two batched LAPACK calls running at once can
-        # deadlock jaxlib's CPU kernels on a 2-core machine (see the module docstring).
-        dep = jnp.isnan(first["balance_nuclear"])
-        A, B = jnp.where(dep, jnp.nan, A), jnp.where(dep, jnp.nan, B)
         # rankflow's optimizers get fold_in(noise_key, 0); its diffrax paths noise_key.
         key = jax.random.fold_in(noise_key, 0) if noise == "optax" else noise_key
         carry = (A, B, key, jnp.asarray(0, jnp.int32))
-        _, rest = jax.lax.scan(interval, carry, length=len(ts) - 1)
+        _, rest = jax.lax.scan(interval, carry, jnp.arange(len(ts) - 1))
         return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
 
     jitted = jax.jit(jax.vmap(single))
@@ -349,12 +360,15 @@ class Watchdog:
                 os._exit(HUNG)
 
     def call(self, what: str, fn: Callable, *a):
+        """``fn(*a)``, its wall time; the process CPU time it used goes to ``self.cpu``."""
         with self._lock:
             self._what, self._started = what, time.monotonic()
         try:
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             out = fn(*a)
-            return out, time.perf_counter() - t
+            wall = time.perf_counter() - t
+            self.cpu = time.process_time() - c
+            return out, wall
         finally:
             with self._lock:
                 self._what = None
@@ -386,22 +400,27 @@ def time_case(case: str, args: argparse.Namespace, dog: Watchdog) -> dict[str, A
 
     out_rf, first_rf = dog.call(f"rankflow {case} (first call)", program.run, params)
     out_sc, first_sc = dog.call(f"scan {case} (first call)", reference, params)
-    runs_rf, runs_sc = [], []
+    runs: dict[str, list[float]] = {"rf": [], "sc": []}
+    cpus: dict[str, list[float]] = {"rf": [], "sc": []}
     for i in range(args.repeats):
         # Alternate the order too, so that neither side always runs second.
         order = (("rf", program.run), ("sc", reference))
         for who, fn in order if i % 2 == 0 else order[::-1]:
             _, dt = dog.call(f"{who} {case} (run {i + 1})", fn, params)
-            (runs_rf if who == "rf" else runs_sc).append(dt)
+            runs[who].append(dt)
+            cpus[who].append(dog.cpu)
+    runs_rf, runs_sc = runs["rf"], runs["sc"]
     run_rf, run_sc = statistics.median(runs_rf), statistics.median(runs_sc)
 
     # Agreement of the observables with a hand-written program that should compute the
     # same numbers: the timed scan, except for gradient_flow, whose Euler steps are
-    # t_{k+1} − t_k on diffrax's float32 grid t_k = t1·(k/N) (not exactly 1): it is checked
+    # t_{k+1} − t_k on diffrax's float32 grid t_k = s + (e − s)·(k/N) (not exactly 1): it is checked
     # against Euler on that grid (untimed), and its distance to the dt = 1 scan is shown.
     check, vs_timed = "timed scan", None
     if case == "gradient_flow":
-        grid_out, _ = dog.call("scan gd_grid (check)", reference_program(point, "gd_grid", None), params)
+        grid_out, _ = dog.call(
+            "scan gd_grid (check)", reference_program(point, "gd_grid", None), params
+        )
         worst = scaled_diff(out_rf, grid_out)
         vs_timed = scaled_diff(out_rf, out_sc)
         check = "Euler scan on diffrax's float32 time grid (untimed)"
@@ -424,6 +443,10 @@ def time_case(case: str, args: argparse.Namespace, dog: Watchdog) -> dict[str, A
         "runs_s_scan": runs_sc,
         "ratio": ratio,
         "ratio_min": min(runs_rf) / min(runs_sc),
+        # Process CPU time (all threads) per call: less sensitive to other processes.
+        "cpu_s_rankflow": statistics.median(cpus["rf"]),
+        "cpu_s_scan": statistics.median(cpus["sc"]),
+        "ratio_cpu": statistics.median(cpus["rf"]) / statistics.median(cpus["sc"]),
         "target": TARGETS[case],
         "pass": ratio <= TARGETS[case],
         "max_diff": worst,
@@ -479,12 +502,14 @@ def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
     )
     print(
         "compile s = first call − median run; run s = median of the timed calls; ratio = "
-        "rankflow run / scan run (min: the same with the fastest calls); both sides save the "
+        "rankflow run / scan run (min: of the fastest calls; cpu: of the median process CPU "
+        "times, all threads); PASS/FAIL judges the median ratio; both sides save the "
         "observables at the same times"
     )
     head = (
         f"{'case':<16}{'configs':>8}{'steps':>7}{'compile s':>16}{'run s (median)':>20}"
-        f"{'ratio':>7}{'(min)':>7}{'target':>7}  {'result':<6}{'max diff':>10}{'hangs':>6}"
+        f"{'ratio':>7}{'(min)':>7}{'(cpu)':>7}{'target':>7}  {'result':<6}"
+        f"{'max diff':>10}{'hangs':>6}"
     )
     print(head)
     print(f"{'':<31}{'rankflow / scan':>16}{'rankflow / scan':>20}")
@@ -497,7 +522,7 @@ def print_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
             f"{r['case']:<16}{r['configs']:>8}{r['steps']:>7}"
             f"{r['compile_s_rankflow']:>8.2f} /{r['compile_s_scan']:>6.2f}"
             f"{r['run_s_rankflow']:>11.3f} /{r['run_s_scan']:>7.3f}"
-            f"{r['ratio']:>7.2f}{r['ratio_min']:>7.2f}{r['target']:>7.2f}  "
+            f"{r['ratio']:>7.2f}{r['ratio_min']:>7.2f}{r['ratio_cpu']:>7.2f}{r['target']:>7.2f}  "
             f"{'PASS' if r['pass'] else 'FAIL':<6}"
             f"{r['max_diff']:>10.1e}{r['deadlocks']:>6}{'' if r['agree'] else '  DISAGREE'}"
         )
@@ -581,7 +606,10 @@ def main(argv: list[str] | None = None) -> int:
                 indent=2,
             )
     if args.quick:
-        print("  --quick: a smoke run; at this size fixed overheads dominate and the ratios mean little")
+        print(
+            "  --quick: a smoke run; at this size fixed overheads dominate and the ratios "
+            "mean little"
+        )
     ok = all(not r.get("failed") and r["agree"] and (r["pass"] or args.quick) for r in rows)
     return 0 if ok else 1
 
