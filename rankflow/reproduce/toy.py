@@ -118,7 +118,7 @@ def run_experiment(ctx: Context) -> None:
         "up to GD's O(ηλ) correction; without weight decay it does not decay.",
         prediction="rate/(2ηλ) in [−log(1−ηλ)²/(2ηλ), −log(1−2ηλ)/(2ηλ)] "
         f"(= [{fmt(r['low'].min())}, {fmt(r['high'].max())}] over the grid, η = {eta:g}); "
-        "λ = 0: gap(end)/gap(0) ≈ 1",
+        "λ = 0: no decay (D moves by O(η²) per step only)",
         measurement=f"{int(inside.sum())}/{len(r)} runs inside; rate/(2ηλ) from "
         f"{fmt(r['rate_over_2etalam'].min())} "
         f"(λ = {fmt(r.loc[r['rate_over_2etalam'].idxmin(), 'dynamics.lam'])}) "
