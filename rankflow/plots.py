@@ -957,10 +957,8 @@ def inspect_layers_figure(
 
 # --- rankflow attention: per-head figures (tables of rankflow.attention) ------------------
 
-_PAIR_TITLES = {
-    "qk": r"key–query $W_Q^h W_K^{h\top}$",
-    "vo": r"value–output $W_V^h W_O^h$",
-}
+# Each pair's product, after its name in _PAIR_TITLES.
+_PAIR_PRODUCTS = {"qk": r"$W_Q^h W_K^{h\top}$", "vo": r"$W_V^h W_O^h$"}
 _ATTENTION_KINDS = {
     "sgd": "SGD",
     "momentum": "momentum",
@@ -1042,7 +1040,10 @@ def attention_rank_figure(heads: pd.DataFrame, out_path: str | Path | None = Non
         rank_label = "numerical rank" + (rf" ($\sigma_i > {tol:g}\,\sigma_1$)" if tol else "")
         axes[0, j].set_ylabel(rank_label)
         axes[1, j].set_ylabel("effective rank (Roy & Vetterli)")
-        axes[0, j].set_title(f"({'ab'[j]}) {_PAIR_TITLES[pair]} of each head", fontsize="medium")
+        axes[0, j].set_title(
+            f"({'ab'[j]}) {_PAIR_TITLES[pair]} {_PAIR_PRODUCTS[pair]} of each head",
+            fontsize="medium",
+        )
     axes[0, 0].legend(fontsize="small", loc="lower left")
     setting = _attention_setting(df)
     fig.suptitle("Weight decay lowers the rank of every head's products (final step)\n" + setting)
@@ -1144,7 +1145,8 @@ def attention_balance_figure(
             ax.grid(True, which="major", alpha=0.3)
             name = _ATTENTION_KINDS.get(kind, kind)
             ax.set_title(
-                f"{name}: {_PAIR_TITLES[pair]}\nη = {eta:g}, λ = {lam:g}", fontsize="medium"
+                f"{name}: {_PAIR_TITLES[pair]} {_PAIR_PRODUCTS[pair]}\nη = {eta:g}, λ = {lam:g}",
+                fontsize="medium",
             )
     setting = _attention_setting(
         pd.concat([t.drop(columns=["train.kind", "train.eta", "t"]) for t in tables])

@@ -40,8 +40,7 @@ from .program import PARAM_KEYS, STATUS, params_of, program_for
 __all__ = ["LOSS", "Results", "execute", "load", "plan", "validation_baseline"]
 
 LOSS = "loss.parquet"
-# Runs per chunk by default: a batch of transformers is large, and compiling a wider
-# vmap than needed costs more than a second chunk.
+# Runs per chunk by default: each chunk trains one vmapped batch of models.
 MAX_CHUNK = 32
 # Structural columns of every table (swept structural keys are added).
 STRUCT_COLUMNS = (
