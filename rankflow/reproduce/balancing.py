@@ -75,10 +75,10 @@ def rates(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     """One row per grid point: fitted rate of balance_gap (deterministic dynamics) or of
     the mean of balance_trace over paths (SGF), divided by 2ηλ."""
     rows = []
-    for key, g in df.groupby(GRID[1:]):
-        lam, eta, mu = key
+    for key, g in df.groupby(GRID[1:] + ["seed"]):
+        lam, eta, mu, seed = key
         row = {"dynamics.kind": kind, "dynamics.lam": lam, "dynamics.eta": eta}
-        row["dynamics.mu"] = mu
+        row |= {"dynamics.mu": mu, "seed": seed}
         if lam == 0:
             continue
         if kind == "stochastic_flow":
@@ -104,7 +104,7 @@ def rates(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 def sgf_z(df: pd.DataFrame, m: int, n: int) -> pd.DataFrame:
     """Mean of tr D over paths against T6 at ``Z_SAVES`` evenly spaced saves (t > 0)."""
     rows = []
-    for (lam, eta), g in df.groupby(["dynamics.lam", "dynamics.eta"]):
+    for (lam, eta, seed), g in df.groupby(["dynamics.lam", "dynamics.eta", "seed"]):
         agg = g.groupby("t")["balance_trace"].agg(["mean", "std", "count"])
         ts = agg.index.to_numpy()
         pick = ts[np.linspace(1, len(ts) - 1, Z_SAVES).round().astype(int)]
@@ -119,7 +119,8 @@ def sgf_z(df: pd.DataFrame, m: int, n: int) -> pd.DataFrame:
         se = sel["std"].to_numpy() / np.sqrt(sel["count"].to_numpy())
         for t, mean, s, th in zip(pick, sel["mean"], se, t6):
             rows.append(
-                {"dynamics.lam": lam, "dynamics.eta": eta, "t": t, "mean": mean, "se": s}
+                {"dynamics.lam": lam, "dynamics.eta": eta, "seed": seed, "t": t}
+                | {"mean": mean, "se": s}
                 | {"t6": th, "z": (mean - th) / s}
             )
     return pd.DataFrame(rows)
@@ -223,13 +224,11 @@ def run_experiment(ctx: Context) -> None:
 
     ad = tables["adamw"]
     end = ad[ad["t"] == ad["t"].max()]
-    ratio = (
-        end.set_index(["dynamics.eta", "dynamics.lam"])["balance_gap"]
-        / ad[ad["t"] == 0].set_index(["dynamics.eta", "dynamics.lam"])["balance_gap"]
-    )
+    keys = ["dynamics.eta", "seed", "dynamics.lam"]
+    ratio = end.set_index(keys)["balance_gap"] / ad[ad["t"] == 0].set_index(keys)["balance_gap"]
     worse = []
-    for _, g in ratio.groupby(level=0):
-        g = g.droplevel(0)
+    for _, g in ratio.groupby(level=[0, 1]):  # one control per (η, seed)
+        g = g.droplevel([0, 1])
         if 0.0 in g.index:
             worse += [bool(v < g.loc[0.0]) for lam, v in g.items() if lam > 0]
     ar = r[r["dynamics.kind"] == "adamw"]
@@ -241,10 +240,10 @@ def run_experiment(ctx: Context) -> None:
         "end less imbalanced than without.",
         prediction="gap(end)/gap(0) for λ > 0 below that of λ = 0 at the same η",
         measurement=f"{sum(worse)}/{len(worse)} λ > 0 runs below their λ = 0 control; "
-        f"gap(end)/gap(0): λ = 0 {fmt(ratio[ratio.index.get_level_values(1) == 0].min(), 3)}–"
-        f"{fmt(ratio[ratio.index.get_level_values(1) == 0].max(), 3)}, λ > 0 "
-        f"{fmt(ratio[ratio.index.get_level_values(1) > 0].min(), 3)}–"
-        f"{fmt(ratio[ratio.index.get_level_values(1) > 0].max(), 3)}",
+        f"gap(end)/gap(0): λ = 0 {fmt(ratio[ratio.index.get_level_values(2) == 0].min(), 3)}–"
+        f"{fmt(ratio[ratio.index.get_level_values(2) == 0].max(), 3)}, λ > 0 "
+        f"{fmt(ratio[ratio.index.get_level_values(2) > 0].min(), 3)}–"
+        f"{fmt(ratio[ratio.index.get_level_values(2) > 0].max(), 3)}",
         tolerance="every λ > 0 run below its λ = 0 control",
         verdict=verdict(len(worse) > 0 and all(worse)),
         figure=fig,

@@ -260,12 +260,12 @@ def balancing_figure(
     g_eta = ad[ad["dynamics.eta"] == eta2]
     lams = np.sort(g_eta["dynamics.lam"].unique())
     for lam, color in zip(lams, _viridis(len(lams))):
-        g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
-        ax.plot(g["t"], _positive(g["balance_gap"]), color=color, lw=2, label=f"AdamW, λ = {lam:g}")
+        t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap")
+        seeds = g_eta["seed"].nunique()
+        label = f"AdamW, λ = {lam:g}" + (f" (median of {seeds} seeds)" if seeds > 1 else "")
+        ax.plot(t, _positive(y), color=color, lw=2, label=label)
         if lam > 0:
-            t = g["t"].to_numpy()
-            ax.plot(t, g["balance_gap"].iloc[0] * np.exp(-2 * eta2 * lam * t), color=color,
-                    ls="--", lw=1.2)  # fmt: skip
+            ax.plot(t, y[0] * np.exp(-2 * eta2 * lam * t), color=color, ls="--", lw=1.2)
     ax.plot([], [], "k--", lw=1.2, label=r"$\|D(0)\|e^{-2\eta\lambda t}$ (GF law, for scale)")
     ax.set_yscale("log")
     yl = _positive(g_eta["balance_gap"])
