@@ -48,6 +48,22 @@ TRACE_COUNTS: dict[str, int] = defaultdict(int)
 STRUCT_COLUMNS = ("problem.kind", "init.kind", "dynamics.kind", "solver.method", "model.r")
 
 
+def with_status(obs: dict[str, Any], ok, reached, max_steps_hit) -> dict[str, Any]:
+    """``obs`` (arrays with leading axis: saves) with a ``status`` per save (codes into
+    ``STATUS``) and NaN wherever it is not ok. ``ok`` is False at a save whose state is
+    blown up (non-finite or too large: NaN compares False, so ``max_abs <= limit`` counts
+    NaN as blown) or was not ``reached``; from the first such save on, the run is
+    ``diverged`` (sticky), or ``max_steps`` where the solver ran out of steps."""
+    blown = jnp.cumsum(~ok) > 0
+    status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
+    obs = jax.tree.map(
+        lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
+        obs,
+    )
+    obs["status"] = status
+    return obs
+
+
 @dataclass
 class Program:
     """The compiled program of one structure. ``run(params)`` takes a dict of 1-d
@@ -162,17 +178,9 @@ class Program:
         """Status per save: diverged from the first save whose state is non-finite or
         beyond ``solver.diverge_norm``, or that the solver never reached; observables
         are NaN wherever the status is not ok."""
-        limit = self.point["solver"]["diverge_norm"]
         max_abs = obs.pop("_max_abs")
-        blown = ~(max_abs <= limit) | ~reached  # NaN compares False: counted as blown
-        blown = jnp.cumsum(blown) > 0  # sticky: diverged from then on
-        status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
-        obs = jax.tree.map(
-            lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
-            obs,
-        )
-        obs["status"] = status
-        return obs
+        ok = (max_abs <= self.point["solver"]["diverge_norm"]) & reached
+        return with_status(obs, ok, reached, max_steps_hit)
 
     def _integrate(self, theta0, data, hyper, noise_key):
         s = self.point["solver"]

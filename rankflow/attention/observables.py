@@ -45,16 +45,14 @@ def head_observables(factors: Factors, rank_tol: float) -> dict[str, Array]:
     shape ``S`` (e.g. runs × saves × layers × H): each column has shape ``S + (2,)``
     (the pairs in :data:`PAIRS` order, last), and ``"sv"`` ``S + (2, d_h)``.
 
-    The heads go through the core's observables one at a time (``lax.map``, not
-    ``vmap``): XLA:CPU runs independent batched LAPACK calls (QR, SVD, eigvalsh) side by
-    side, and two at once deadlocked on 2 cores (jax 0.10.2: a vmapped batch of 4,032
-    heads hung in the SVD of one head beside the eigvalsh of another). A single head's
-    decompositions are computed inline and cannot deadlock; the map costs the same here.
+    The heads are a ``vmap`` of the core's observables, whose decompositions run one
+    matrix at a time on CPU (:func:`rankflow.observables.one_at_a_time`: batched LAPACK
+    calls side by side deadlock XLA:CPU's pool; a vmapped batch of 4,032 heads did).
     """
     A = jnp.stack([factors[pair][0] for pair in PAIRS], axis=-3)  # S + (2, D, d_h)
     B = jnp.stack([factors[pair][1] for pair in PAIRS], axis=-3)
     lead, (D, r) = A.shape[:-2], A.shape[-2:]
     zero = jnp.zeros((), A.dtype)
     flat = [jnp.reshape(x, (math.prod(lead), D, r)) for x in (A, B)]
-    out = jax.lax.map(lambda ab: observables(*ab, zero, zero, rank_tol), flat)
+    out = jax.vmap(lambda a, b: observables(a, b, zero, zero, rank_tol))(*flat)
     return {k: jnp.reshape(out[k], lead + out[k].shape[1:]) for k in HEAD_COLUMNS + ("sv",)}

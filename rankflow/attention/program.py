@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..simulate import with_status
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec
@@ -198,18 +199,10 @@ class Program:
         """Status per save: diverged from the first save with a non-finite loss or a
         parameter entry beyond ``train.diverge_norm`` (or that the solver never
         reached); every output is NaN where the status is not ok."""
-        limit = self.point["train"]["diverge_norm"]
         max_abs = obs.pop("_max_abs")
         finite = jnp.isfinite(obs["train_loss"]) & jnp.isfinite(obs["val_loss"])
-        blown = ~(max_abs <= limit) | ~finite | ~reached
-        blown = jnp.cumsum(blown) > 0
-        status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
-        obs = jax.tree.map(
-            lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
-            obs,
-        )
-        obs["status"] = status
-        return obs
+        ok = (max_abs <= self.point["train"]["diverge_norm"]) & finite & reached
+        return with_status(obs, ok, reached, max_steps_hit)
 
 
 _PROGRAMS: dict[str, Program] = {}
