@@ -41,9 +41,10 @@ Timing: every callable is called once (``compile`` = that call minus the median 
 then ``--repeats`` times with all methods of a section interleaved, in alternating order,
 so that load changes on the shared machine hit all of them; ``run`` is the median. Each
 section runs in its own worker process under ``benchmarks.fixed_step``'s stall watchdog
-(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder). PyTorch runs with the
-thread count (1 or all CPUs) that a probe finds faster: on a loaded 2-core machine its
-two-thread pool can be 20× slower than one thread.
+(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder). PyTorch runs on one thread
+by default (``--torch-threads``): on a shared 2-core machine its two-thread pool was
+measured up to 20× slower than one thread (torchsde: 89 s against 16–26 s), and its
+spinning threads steal CPU from the calls timed after it.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--paths", type=int, default=None, help="SDE paths (default 64)")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per method (default 5)")
     ap.add_argument("--sigma", type=float, default=0.01, help="SDE noise σ")
+    ap.add_argument(
+        "--torch-threads",
+        default="1",
+        help="PyTorch threads: a number, or 'auto' (a probe picks 1 or all CPUs); default 1: "
+        "on a shared 2-core machine a 2-thread pool spins, runs up to 20× slower when the "
+        "other core is busy and steals CPU from the calls timed next",
+    )
     ap.add_argument("--json", default=None, help="also write every number as JSON here")
     ap.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md/figure")
     ap.add_argument("--stall-timeout", type=float, default=10.0)
@@ -198,24 +206,36 @@ def race(dog, fns: dict[str, Callable[[], Any]], repeats: int):
     return outs, times
 
 
-def torch_threads() -> int:
-    """Set and return PyTorch's thread count: 1 or all CPUs, whichever runs a batched
-    small-matmul loop faster now (a busy machine makes a 2-thread pool spin)."""
+def torch_threads(choice: str = "auto") -> int:
+    """Set and return PyTorch's thread count: ``choice`` if a number; with ``"auto"``, all
+    CPUs only if a probe of the benchmark's kind of work (batched 32 × 32 products) runs
+    at least 25% faster with them than with one thread."""
     import torch
 
+    if choice != "auto":
+        torch.set_num_threads(int(choice))
+        return int(choice)
+
     x = torch.randn(64, 32, 32)
-    best, best_t = 1, math.inf
-    for n in sorted({1, os.cpu_count() or 1}):
-        torch.set_num_threads(n)
+
+    def probe() -> float:
         ts = []
-        for _ in range(3):
+        for _ in range(5):
             t = time.perf_counter()
             y = x
-            for _ in range(200):
+            for _ in range(300):
                 y = torch.tanh(y @ x)
             ts.append(time.perf_counter() - t)
-        if min(ts) < best_t:
-            best, best_t = n, min(ts)
+        return statistics.median(ts)
+
+    many = os.cpu_count() or 1
+    torch.set_num_threads(1)
+    one = probe()
+    best = 1
+    if many > 1:
+        torch.set_num_threads(many)
+        if probe() < one / 1.25:
+            best = many
     torch.set_num_threads(best)
     return best
 
@@ -392,7 +412,7 @@ def section_fixed(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S, T, d = target_of(args.dim), float(args.steps), args.dim
     A0, B0 = initial_factors(point, params)
-    threads = torch_threads()
+    threads = torch_threads(args.torch_threads)
     program = program_for(point)
     scan = fs.reference_program(point, "gd", None)
     fns = {
@@ -458,7 +478,7 @@ def section_sde(args, dog) -> dict:
     params["dynamics.eta"][:] = eta
     S, T, d = target_of(args.dim), float(args.steps), args.dim
     A0, B0 = initial_factors(point, params)
-    threads = torch_threads()
+    threads = torch_threads(args.torch_threads)
     program = program_for(point)
     scan = fs.reference_program(point, "noisy", "diffrax")
     fns = {
@@ -558,7 +578,7 @@ def section_adaptive(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S, T = target_of(args.dim), float(args.steps)
     A0, B0 = initial_factors(p32, params)
-    threads = torch_threads()
+    threads = torch_threads(args.torch_threads)
     prog32, prog64 = program_for(p32), program_for(p64)
     t = time.perf_counter()
     go32, strat32, choice32 = rankflow_batched_runner(prog32, params)
@@ -664,7 +684,7 @@ def section_sweep(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S = target_of(d)
     A0, B0 = initial_factors(points[0], params)
-    threads = torch_threads()
+    threads = torch_threads(args.torch_threads)
     program = program_for(points[0])
     scan = fs.reference_program(points[0], "gd", None)
     fns = {
@@ -699,6 +719,8 @@ def section_sweep(args, dog) -> dict:
 
 
 def matmul_peak(n: int, repeats: int = 7) -> float:
+    """Median GFLOP/s of a float32 ``jnp.dot`` of two n × n matrices (each timing runs
+    enough products for ~2 GFLOP, so that small sizes are timed above the clock's noise)."""
     import jax
     import jax.numpy as jnp
 
@@ -706,12 +728,15 @@ def matmul_peak(n: int, repeats: int = 7) -> float:
     b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
     f = jax.jit(jnp.dot)
     f(a, b).block_until_ready()
+    calls = max(1, int(2e9 / (2 * n**3)))
     ts = []
     for _ in range(repeats):
         t = time.perf_counter()
-        f(a, b).block_until_ready()
+        for _ in range(calls):
+            out = f(a, b)
+        out.block_until_ready()
         ts.append(time.perf_counter() - t)
-    return 2 * n**3 / statistics.median(ts) / 1e9
+    return calls * 2 * n**3 / statistics.median(ts) / 1e9
 
 
 def section_roofline(args, dog) -> dict:
@@ -725,7 +750,8 @@ def section_roofline(args, dog) -> dict:
     def steps_of(d, batch):
         return 50 if args.quick else max(8, int(0.3 * 50e9 / (batch * 6 * d**3)))
 
-    peak_sizes = (256,) if args.quick else (1024, 2048)
+    peak_sizes = (64, 256) if args.quick else (128, 256, 512, 1024, 2048)
+    # The machine's peak: the best over sizes (small products can beat large ones in cache).
     peak_before = max(matmul_peak(n) for n in peak_sizes)
     rows = []
     for d in dims:
