@@ -223,6 +223,33 @@ def _parser() -> argparse.ArgumentParser:
         "--table", metavar="TABLE.md", help="ablation: also write the markdown table"
     )
 
+    reproduce = sub.add_parser(
+        "reproduce",
+        help="the paper's claims as experiments: runs them, writes figures, tables and "
+        "DIR/report.md with a pass/fail verdict per claim",
+        description="Run the experiments of sims/reproduce/ (toy, balancing, rank, discrete, "
+        "attention; pretrained with --checkpoint) through rankflow's own machinery and write "
+        "DIR/report.md (each claim: prediction, measurement, tolerance, verdict, figure), "
+        "DIR/figures/*.png and DIR/tables/. Exit status 0 when every verdict passes, 1 when "
+        "one fails. Runs are kept in DIR/runs/, so a rerun into DIR resumes.",
+    )
+    reproduce.add_argument(
+        "--quick", action="store_true", help="small sizes, minutes on a laptop (the default)"
+    )
+    reproduce.add_argument(
+        "--full", action="store_true", help="larger sizes and more seeds (sims/reproduce/full.toml)"
+    )
+    reproduce.add_argument(
+        "--only", nargs="+", metavar="NAME", help="run only these experiments (default: all)"
+    )
+    reproduce.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="a safetensors checkpoint for the pretrained experiment",
+    )
+    reproduce.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    reproduce.add_argument("--quiet", action="store_true", help="no progress lines")
+
     demo = sub.add_parser(
         "demo",
         help="a short built-in demo: GD on the paper's 5×5 toy "
@@ -348,6 +375,24 @@ def cmd_attention(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from .reproduce import check_options, reproduce
+
+    mode, _ = check_options(args.quick, args.full, args.only, args.checkpoint)  # before compiling
+    t0 = time.perf_counter()
+    res = reproduce(
+        args.out, mode=mode, only=args.only, checkpoint=args.checkpoint, quiet=args.quiet
+    )
+    failed = [c.name for c in res.claims if c.verdict == "fail"]
+    passed = sum(c.verdict == "pass" for c in res.claims)
+    print(
+        f"{passed} of {passed + len(failed)} claims pass"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+        + f" ({time.perf_counter() - t0:.0f} s) → {res.report}"
+    )
+    return 0 if res.ok else 1
+
+
 def cmd_demo(args) -> int:
     from . import plots
     from .api import run
@@ -369,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         command["compare"] = cmd_compare
         command["attention"] = cmd_attention
         command["inspect"] = cmd_inspect
+        command["reproduce"] = cmd_reproduce
         return command[args.command](args)
     except config_lib.ConfigError as e:
         print(f"rankflow: error: {e}", file=sys.stderr)
