@@ -101,6 +101,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "other core is busy and steals CPU from the calls timed next",
     )
     ap.add_argument("--json", default=None, help="also write every number as JSON here")
+    ap.add_argument(
+        "--keep",
+        default=None,
+        help="JSON of an earlier run (--json): the sections not run now are taken from it "
+        "(marked as such in the tables), e.g. to rerun one section",
+    )
     ap.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md/figure")
     ap.add_argument("--stall-timeout", type=float, default=10.0)
     ap.add_argument("--hang-timeout", type=float, default=900.0)
@@ -604,7 +610,7 @@ def section_adaptive(args, dog) -> dict:
     f32 = [jnp.asarray(x, jnp.float32) for x in (A0, B0, lam, eta)]
     names = {
         "r32": f"rankflow Tsit5 float32, {strat32} (measured)",
-        "r32v": "rankflow Tsit5 float32, vmap (Program.run today)",
+        "r32v": "rankflow Tsit5 float32, vmap (Program.run)",
         "r64": f"rankflow Tsit5 float64, {strat64} (measured)",
         "stk": "diffrax Tsit5 float32, one stacked system",
         "sci": "scipy solve_ivp RK45 float64, one by one",
@@ -745,10 +751,13 @@ def section_roofline(args, dog) -> dict:
     dims = (8, 16) if args.quick else (32, 128, 512)
     batch_of = {8: 4, 16: 4, 32: 64, 128: 16, 512: 4}
 
-    # K steps such that K steps take ~0.3 s at ~50 GFLOP/s (at least 8): the difference
-    # of the K- and 2K-step runs must stand well above the noise of a shared machine.
+    # K such that K steps take ~1 s at the rate expected of each size: the difference of
+    # the K- and 2K-step runs must stand well above the run-to-run spread of the rest
+    # (the observables at the two saves: a 512 × 512 SVD takes longer than 100 steps).
+    rate = {8: 1e9, 16: 5e9, 32: 50e9, 128: 120e9, 512: 250e9}
+
     def steps_of(d, batch):
-        return 50 if args.quick else max(8, int(0.3 * 50e9 / (batch * 6 * d**3)))
+        return 50 if args.quick else max(8, int(1.0 * rate[d] / (batch * 6 * d**3)))
 
     peak_sizes = (64, 256) if args.quick else (128, 256, 512, 1024, 2048)
     # The machine's peak: the best over sizes (small products can beat large ones in cache).
@@ -846,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
     info = fs.machine() | versions()
+    info["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     passthrough = fs._without_option(argv, "--json")
     results: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -854,6 +864,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:6.1f} s] {s} done", file=sys.stderr, flush=True)
     info["loadavg_end"] = list(os.getloadavg())
     info["wall_s"] = time.perf_counter() - t0
+    if args.keep:
+        with open(args.keep) as f:
+            earlier = json.load(f)
+        m = earlier["machine"]
+        when = (
+            f"{m.get('date', 'an earlier run')}, load average "
+            f"{m['loadavg_start'][0]:.2f} → {m['loadavg_end'][0]:.2f}"
+        )
+        kept = {s: r | {"earlier_run": when} for s, r in earlier["results"].items()}
+        results = {s: results.get(s) or kept[s] for s in SECTIONS if s in results or s in kept}
     verdicts = judge(results)
     text = tables(results, info, verdicts, args)
     print(text)
@@ -965,10 +985,14 @@ def tables(results, info, verdicts, args) -> str:
         f"{info['torchsde']}; PRNG {info['prng_impl']}; XLA_FLAGS `{info['xla_flags']}`."
     )
     L.append(
-        f"Load average (1 min) {info['loadavg_start'][0]:.2f} at the start, "
+        f"Run of {info.get('date', '?')}. Load average (1 min) {info['loadavg_start'][0]:.2f} "
+        "at the start, "
         f"{info['loadavg_end'][0]:.2f} at the end; the whole run took {info['wall_s']:.0f} s. "
         "Times are medians over the repeats, methods interleaved; compile = first call − median."
     )
+    for s, r in results.items():
+        if r.get("earlier_run"):
+            L.append(f"The `{s}` section below is from an earlier run ({r['earlier_run']}).")
     L.append("")
     fx = results.get("fixed")
     if fx and fx.get("rows"):

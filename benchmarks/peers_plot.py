@@ -85,7 +85,7 @@ def plot(results: dict[str, Any], info: dict[str, Any], path: str) -> None:
         ax.set_xlabel("d = r", fontsize=8)
         ax.set_ylabel("GFLOP/s of the GF update", fontsize=8)
         ax.set_title("roofline, float32", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="center right")
         ax.tick_params(labelsize=7)
     else:
         ax.axis("off")
