@@ -43,6 +43,7 @@ __all__ = [
     "Choice",
     "batched",
     "choose",
+    "chosen",
     "chunked",
     "forget",
     "member_max_norm",
@@ -209,6 +210,11 @@ def choose(
     choice = Choice(best, per_run, len(idx), time.perf_counter() - started)
     _CHOICES[key] = choice
     return choice
+
+
+def chosen() -> Mapping[Any, Choice]:
+    """The choices measured so far, by key."""
+    return dict(_CHOICES)
 
 
 def run(single: Single, batch, key: Any, *, strategy: str | None = None, **choose_kwargs):

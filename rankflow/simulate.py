@@ -23,6 +23,7 @@ import numpy as np
 import optax
 import pandas as pd
 
+from . import batching
 from . import config as config_lib
 from .flows import (
     NEEDS_LEVY_AREA,
@@ -45,6 +46,8 @@ PARAM_KEYS = config_lib.NUMERIC_KEYS + ("path",)
 # How many times each structure's program has been traced (tests assert it stays 1).
 TRACE_COUNTS: dict[str, int] = defaultdict(int)
 # Structural columns always present in a table (swept structural keys are added).
+# Batches of adaptive solves from this many runs on have their batching measured.
+MEASURE_FROM = 16
 STRUCT_COLUMNS = ("problem.kind", "init.kind", "dynamics.kind", "solver.method", "model.r")
 
 
@@ -89,6 +92,8 @@ class Program:
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
         self._jitted = jax.jit(jax.vmap(self._single))
+        # Adaptive solves: how to batch them is measured (rankflow.batching).
+        self._measured = self.continuous and self.point["solver"]["adaptive"]
 
     @property
     def continuous(self) -> bool:
@@ -117,8 +122,23 @@ class Program:
                 mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
                 sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
                 batch = jax.device_put(batch, sharding)
-            out = self._jitted(batch)
+            if self._measured and len(devices) == 1:
+                out = self._run_adaptive(batch, n)
+            else:
+                out = self._jitted(batch)
             return jax.tree.map(lambda x: np.asarray(x)[:n], out)
+
+    def _run_adaptive(self, batch, n: int):
+        """A batch of adaptive solves. Under ``vmap`` they step in lockstep until the
+        slowest run is done; one after another (``lax.map``) each takes its own steps.
+        Which is faster depends on the spread of step counts, the sizes and the machine,
+        so from ``MEASURE_FROM`` runs on it is measured once per structure on a probe of
+        the batch (:func:`rankflow.batching.choose`) and cached; smaller batches use an
+        earlier measurement of the structure, or ``lax.map`` (faster in every case
+        measured here: 64 Tsit5 solves 0.52 s mapped, 2.84 s vmapped; BENCHMARKS.md)."""
+        if n >= MEASURE_FROM or self.key in batching.chosen():
+            return batching.run(self._single, batch, self.key)
+        return batching.run(self._single, batch, self.key, strategy="map")
 
     def _param_dtype(self, k: str):
         return jnp.int32 if k in ("seed", "problem.seed", "path") else self.dtype
