@@ -107,20 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}"
     )
     ap.add_argument("--json", default=None, help="also write the table (and machine) as JSON")
-    ap.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=10.0,
-        help="a call that uses no CPU for this long is deadlocked (s)",
-    )
-    ap.add_argument(
-        "--hang-timeout", type=float, default=600.0, help="abort any call that takes longer (s)"
-    )
-    ap.add_argument(
-        "--attempts", type=int, default=3, help="start a case again after a deadlock, up to"
-    )
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    add_worker_options(ap, hang_timeout=600.0)
     args = ap.parse_args(argv)
     quick = args.quick
     args.configs = args.configs or (16 if quick else 64)
@@ -144,6 +131,27 @@ def grid(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lam = np.repeat(np.linspace(0.0, 0.05, a), n // a)
     eta = np.tile(np.linspace(0.02, 0.2, n // a), a)
     return lam, eta, np.arange(n)
+
+
+def add_worker_options(ap: argparse.ArgumentParser, hang_timeout: float) -> None:
+    """The watchdog's options (see :class:`Watchdog`) and the hidden worker ones."""
+    ap.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=10.0,
+        help="a call that uses no CPU for this long is deadlocked (s)",
+    )
+    ap.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=hang_timeout,
+        help="abort any call that takes longer (s)",
+    )
+    ap.add_argument(
+        "--attempts", type=int, default=3, help="start a case again after a deadlock, up to"
+    )
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
 
 
 def base_config(args: argparse.Namespace, kind: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ MD = os.path.join(ROOT, "BENCHMARKS.md")
 FIGURE = os.path.join(ROOT, "figures", "benchmarks.png")
 BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks.peers -->"
 END = "<!-- END GENERATED -->"
-# The issue's targets: (row compared, peer row, required speed-up of rankflow).
+# The targets: (row compared, peer row, required speed-up of rankflow).
 RK = "rankflow"
 
 
@@ -109,11 +109,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(marked as such in the tables), e.g. to rerun one section",
     )
     ap.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md/figure")
-    ap.add_argument("--stall-timeout", type=float, default=10.0)
-    ap.add_argument("--hang-timeout", type=float, default=900.0)
-    ap.add_argument("--attempts", type=int, default=3)
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    fs.add_worker_options(ap, hang_timeout=900.0)
     args = ap.parse_args(argv)
     q = args.quick
     args.dim = args.dim or (8 if q else 32)
@@ -909,7 +905,7 @@ def _find(res, prefix):
 
 
 def judge(results) -> list[dict]:
-    """The issue's targets, each with the measured ratio."""
+    """The targets, each with the measured ratio."""
     out = []
 
     def add(what, num, den, target, kind, accuracy_ok=True, note=""):
@@ -1116,7 +1112,7 @@ def tables(results, info, verdicts, args) -> str:
             )
         L.append("")
     if verdicts:
-        L.append("### The issue's targets")
+        L.append("### Targets")
         L.append("")
         L.append("| target | measured | required | result |")
         L.append("|---|---:|---:|---|")

@@ -660,7 +660,7 @@ def test_memory_does_not_grow_with_the_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_memory_1gb_checkpoint(tmp_path):
-    """The issue's figure: a ~1 GB float32 checkpoint peaks well below its size."""
+    """A ~1 GB float32 checkpoint peaks well below its size."""
     size = write_big_bert(tmp_path / "big", layers=64, d_model=1024)
     peak = peak_rss_bytes(tmp_path / "big", tmp_path / "o")
     print(f"checkpoint {size / 2**30:.2f} GiB: peak RSS {peak / 2**20:.0f} MiB "
