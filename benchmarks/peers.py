@@ -324,6 +324,18 @@ def scipy_solve(A0, B0, lam, eta, S, T, rtol, atol, method="RK45"):
     return np.stack(As), np.stack(Bs), nfev
 
 
+def jax_field(S):
+    """The flow's vector field written by hand for diffrax, args ``(λ, η)``."""
+
+    def field(t, th, a):
+        A, B = th
+        lam, eta = a
+        G = A @ B.T - S
+        return -eta * (G @ B + lam * A), -eta * (G.T @ A + lam * B)
+
+    return field
+
+
 def flow_reference(A0, B0, lam, eta, S, T):
     """The float64 flow at T: diffrax Dopri8, rtol 1e-10, atol 1e-12, run by run."""
     import diffrax
@@ -331,13 +343,7 @@ def flow_reference(A0, B0, lam, eta, S, T):
     import jax.numpy as jnp
 
     with jax.enable_x64(True):
-        St = jnp.asarray(S)
-
-        def field(t, th, a):
-            A, B = th
-            l, e = a
-            G = A @ B.T - St
-            return -e * (G @ B + l * A), -e * (G.T @ A + l * B)
+        field = jax_field(jnp.asarray(S))
 
         def one(x):
             A, B, l, e = x
@@ -592,13 +598,7 @@ def section_adaptive(args, dog) -> dict:
     govmap, _, _ = rankflow_batched_runner(prog32, params, strategy="vmap")
 
     # The stacked-system strategy, prototyped on the bare field (float32).
-    St = jnp.asarray(S, jnp.float32)
-
-    def field(t, th, a):
-        A, B = th
-        l, e = a
-        G = A @ B.T - St
-        return -e * (G @ B + l * A), -e * (G.T @ A + l * B)
+    field = jax_field(jnp.asarray(S, jnp.float32))
 
     @jax.jit
     def stacked(A, B, l, e):
