@@ -42,6 +42,7 @@ OBSERVABLES = (
     "balance_gap",
     "balance_trace",
     "balance_nuclear",
+    "balance_gap_rel",
     "effective_rank",
     "stable_rank",
     "rank",
@@ -104,7 +105,10 @@ def observables(
     rank_tol: float,
 ) -> dict[str, Array]:
     """Every column of THEORY.md's observables table, plus ``balance_nuclear``
-    (``‖AᵀA − BᵀB‖_*``, so that the T2 bound ``½·balance_nuclear`` can be drawn).
+    (``‖AᵀA − BᵀB‖_*``, so that the T2 bound ``½·balance_nuclear`` can be drawn) and
+    ``balance_gap_rel`` (``‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + ‖BᵀB‖_F)``, the scale-free gap:
+    shrinking A and B together leaves it unchanged, so it tells balancing from shrinkage;
+    0 when both Grams vanish; the same column as ``rankflow inspect``'s).
 
     ``loss`` is the data loss ``L(ABᵀ)``, computed by the caller's problem.
     Returns scalars, and the singular values under ``"sv"`` (shape ``(k,)``).
@@ -112,7 +116,10 @@ def observables(
     s = singular_values(A, B)
     l2_penalty = 0.5 * (jnp.sum(A**2) + jnp.sum(B**2))
     nuclear = jnp.sum(s)
-    D = A.T @ A - B.T @ B
+    gram_a, gram_b = A.T @ A, B.T @ B
+    D = gram_a - gram_b
+    gap = jnp.sqrt(jnp.sum(D**2))
+    scale = 0.5 * (jnp.sqrt(jnp.sum(gram_a**2)) + jnp.sqrt(jnp.sum(gram_b**2)))
     total = jnp.where(nuclear > 0, nuclear, 1.0)
     p = s / total
     entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
@@ -124,9 +131,10 @@ def observables(
         "l2_penalty": l2_penalty,
         "nuclear_norm": nuclear,
         "frob_minus_nuc": l2_penalty - nuclear,
-        "balance_gap": jnp.sqrt(jnp.sum(D**2)),
+        "balance_gap": gap,
         "balance_trace": jnp.sum(A**2) - jnp.sum(B**2),
         "balance_nuclear": jnp.sum(jnp.abs(eigvalsh(D))),
+        "balance_gap_rel": jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), 0.0),
         # A zero matrix has effective, stable and numerical rank 0.
         "effective_rank": jnp.where(nuclear > 0, jnp.exp(entropy), 0.0),
         "stable_rank": jnp.where(top > 0, jnp.sum(s**2) / jnp.where(top > 0, top, 1.0) ** 2, 0.0),

@@ -52,6 +52,7 @@ LABELS = {
     "balance_gap": r"balance gap $\|A^\top A-B^\top B\|_F$",
     "balance_trace": r"$\mathrm{tr}(A^\top A-B^\top B)$",
     "balance_nuclear": r"$\|A^\top A-B^\top B\|_*$",
+    "balance_gap_rel": r"$\|A^\top A-B^\top B\|_F/\frac{1}{2}(\|A^\top A\|_F+\|B^\top B\|_F)$",
     "effective_rank": "effective rank (Roy & Vetterli)",
     "stable_rank": r"stable rank $\|W\|_F^2/\|W\|_2^2$",
     "rank": "numerical rank of W",

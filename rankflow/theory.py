@@ -19,10 +19,12 @@ Where each item of THEORY.md lives:
   :func:`gf_balance`, :func:`gf_balance_gap`, :func:`gf_loss_gap_bound`,
   :func:`gf_contraction`, :func:`gf_balance_rate`.
 - T5, GD: ``D_{k+1} = (1−ηλ)² D_k + η²(BᵀGᵀGB − AᵀGGᵀA)``: :func:`gd_balance_step`,
-  :func:`gd_contraction`, :func:`gd_balance_rate`.
+  :func:`gd_contraction`, :func:`gd_balance_rate`; the late rate near a balanced
+  minimum: :func:`gd_rate_bracket`.
 - T6, SGF: ``E[D(t)]`` in closed form: :func:`sgf_mean_balance`,
-  :func:`sgf_mean_balance_trace`.
-- T7, decoupled momentum flow, ``dD/dt`` and ``dE/dt``: :func:`momentum_balance_rates`.
+  :func:`sgf_mean_balance_trace`; the stationary ``E‖D‖_F²``: :func:`sgf_floor`.
+- T7, decoupled momentum flow, ``dD/dt`` and ``dE/dt``: :func:`momentum_balance_rates`;
+  the late rate near a balanced minimum: :func:`momentum_orbit_rate`.
 - T8, rates and orders measured from simulations: :func:`fit_rate`,
   :func:`convergence_order`.
 """
@@ -49,6 +51,7 @@ __all__ = [
     "gd_balance_rate",
     "gd_balance_step",
     "gd_contraction",
+    "gd_rate_bracket",
     "gf_balance",
     "gf_balance_gap",
     "gf_balance_rate",
@@ -57,10 +60,12 @@ __all__ = [
     "l2_penalty",
     "lipschitz_constant",
     "momentum_balance_rates",
+    "momentum_orbit_rate",
     "nuclear_minimiser",
     "nuclear_norm",
     "prox_gradient",
     "sgf_mean_balance",
+    "sgf_floor",
     "sgf_mean_balance_trace",
     "svt",
     "t1_gap",
@@ -362,6 +367,22 @@ def gd_balance_rate(eta: Scalar, lam: Scalar) -> Float[Array, ""]:
     return -2.0 * jnp.log(jnp.abs(1.0 - jnp.asarray(eta) * jnp.asarray(lam)))
 
 
+def gd_rate_bracket(eta: ArrayLike, lam: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """T5 *(derived)*: the bracket of GD's late balancing rate, over ``2ηλ``.
+
+    Near a balanced minimum the η² term of T5 is ``−η²g²D`` along each direction, with
+    ``0 ≤ g² ≤ λ²`` (at a minimum ``GB = −λA`` and ``GᵀA = −λB``, so a direction moving
+    along the symmetry orbit ``(AM, BM⁻ᵀ)`` has ``g = λ``; one with residual ``|g| < λ``
+    less). The per-step contraction therefore lies between ``1 − 2ηλ`` and ``(1 − ηλ)²``,
+    and the rate ``−log(contraction)`` between ``−log(1−ηλ)²`` and ``−log(1−2ηλ)``.
+
+    Returns ``(low, high)``: both divided by ``2ηλ`` (numpy; both ``1 + O(ηλ)``, so the
+    gradient-flow ratio 1 lies below ``low`` once ηλ is not small).
+    """
+    x = np.asarray(eta, np.float64) * np.asarray(lam, np.float64)
+    return -np.log((1.0 - x) ** 2) / (2 * x), -np.log(1.0 - 2 * x) / (2 * x)
+
+
 # --- T6: stochastic gradient flow ---------------------------------------------------------
 
 
@@ -424,6 +445,29 @@ def sgf_mean_balance_trace(
     return _decay(eta, lam, t, dtype) * trace0 + drive * _sgf_drift_integral(eta, lam, t, dtype)
 
 
+def sgf_floor(
+    eta: ArrayLike,
+    sigma: ArrayLike,
+    lam: ArrayLike,
+    r: int,
+    m: int,
+    n: int,
+    size: ArrayLike,
+    trace: ArrayLike,
+) -> np.ndarray:
+    """T6 *(derived, Itô)*: the stationary ``E‖D‖_F²`` of the stochastic gradient flow
+    (parameter noise), ``ησ²[(r+1)·size + (m − n)·trace]/(2λ)``.
+
+    ``size`` is ``E[‖A‖_F² + ‖B‖_F²]`` and ``trace`` is ``E[tr D]`` at stationarity
+    (both measured); for ``m = n`` the second term vanishes. From Itô's formula for
+    ``‖D‖_F²``: ``d E‖D‖² = (−4ηλE‖D‖² + 2η²σ²[(r+1)E(‖A‖²+‖B‖²) + (m−n)E tr D])dt``.
+    Numpy, any broadcastable shapes.
+    """
+    eta, sigma, lam = (np.asarray(x, np.float64) for x in (eta, sigma, lam))
+    size, trace = np.asarray(size, np.float64), np.asarray(trace, np.float64)
+    return eta * sigma**2 * ((r + 1) * size + (m - n) * trace) / (2 * lam)
+
+
 # --- T7: momentum flow, decoupled decay ---------------------------------------------------
 
 
@@ -462,6 +506,22 @@ def momentum_balance_rates(
     dD_dt = -2.0 * eta * lam * D - eta * E
     dE_dt = -(mu + eta * lam) * E - 2.0 * eta * F
     return MomentumBalanceRates(D, E, F, dD_dt, dE_dt)
+
+
+def momentum_orbit_rate(eta: ArrayLike, lam: ArrayLike, mu: ArrayLike) -> np.ndarray:
+    """T7 *(derived)*: the late balancing rate of the decoupled momentum flow near a
+    balanced minimum, over ``2ηλ``.
+
+    Linearised along the symmetry orbit ``(AM, BM⁻ᵀ)`` (the only direction in which D
+    moves at first order without changing W; there ``GB = −λA``), the orbit coordinate
+    δ and its momentum m obey ``δ' = −η(m + λδ)``, ``m' = μ(λδ − m)``; D decays at the
+    slow root of that 2×2 system, ``2ηλ·[(1+x) − √((1+x)² − 8x)]/(4x)`` with
+    ``x = ηλ/μ``, i.e. ``2ηλ(1 + x + O(x²))`` (the real part where the roots are
+    complex). Numpy, broadcasting.
+    """
+    x = np.asarray(eta, np.float64) * np.asarray(lam, np.float64) / np.asarray(mu, np.float64)
+    disc = (1 + x) ** 2 - 8 * x
+    return ((1 + x) - np.sqrt(np.maximum(disc, 0.0))) / (4 * x)
 
 
 # --- T8: rates and orders from simulations (numpy post-processing) -------------------------
