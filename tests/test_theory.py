@@ -699,3 +699,59 @@ def test_T8_gd_is_first_order_in_eta():
         errs.append(abs(gd - gf))
     order, stderr = theory.convergence_order(etas, errs)
     assert order == pytest.approx(1.0, abs=0.02)
+
+
+# --- T5, T7: the late balancing rates near a balanced minimum --------------------------
+
+
+def _late_contraction_scalar_gd(eta, lam, s=1.0, steps=4000):
+    """GD on ½(ab − s)² + (λ/2)(a² + b²) from an imbalanced start: the per-step ratio of
+    D = a² − b² late in the run (float64, numpy)."""
+    a, b = 1.3, 0.4
+    ds = []
+    for _ in range(steps):
+        g = a * b - s
+        a, b = a - eta * (g * b + lam * a), b - eta * (g * a + lam * b)
+        ds.append(a * a - b * b)
+    ds = np.abs(np.array(ds))
+    k = int(np.argmax(ds < 1e-6 * ds[0])) or len(ds) - 1
+    return ds[k] / ds[k - 1]
+
+
+@pytest.mark.parametrize("eta, lam", [(0.1, 0.05), (0.2, 0.2), (0.5, 0.1)])
+def test_t5_gd_late_rate_is_the_top_of_its_bracket(eta, lam):
+    """At a balanced minimum of a rank-1 problem every direction that moves D lies on the
+    symmetry orbit, where GD contracts D by exactly 1 − 2ηλ per step (the top of
+    ``gd_rate_bracket``); GF's rate 2ηλ (ratio 1) and GD's leading factor (1 − ηλ)² miss."""
+    c = _late_contraction_scalar_gd(eta, lam)
+    low, high = theory.gd_rate_bracket(eta, lam)
+    rate = -np.log(c) / (2 * eta * lam)
+    assert rate == pytest.approx(high, rel=1e-5)
+    assert low < high and abs(rate - 1) > 1e-3 and abs(rate - low) > 1e-3
+
+
+@pytest.mark.parametrize("x", [0.002, 0.05, 0.1, 0.17])
+def test_t7_momentum_orbit_rate_is_the_slow_eigenvalue(x):
+    """The orbit rate is the slow eigenvalue of δ' = −η(m + λδ), m' = μ(λδ − m): checked
+    against numpy's eigenvalues; 1 + x to first order, not 1 (no momentum) and not
+    1 + 2x (coupled decay, whose orbit system is δ' = −ηm, m' = μ(2λδ − m))."""
+    eta, lam = 0.1, 0.5
+    mu = eta * lam / x
+    J = np.array([[-eta * lam, -eta], [mu * lam, -mu]])
+    slow = -max(np.linalg.eigvals(J).real)
+    ratio = theory.momentum_orbit_rate(eta, lam, mu)
+    assert ratio == pytest.approx(slow / (2 * eta * lam), rel=1e-12)
+    if x <= 0.05:
+        assert x < ratio - 1 < x + 4 * x**2
+    coupled = -max(np.linalg.eigvals(np.array([[0, -eta], [2 * mu * lam, -mu]])).real)
+    assert abs(coupled / (2 * eta * lam) - ratio) > 0.5 * x
+
+
+def test_t6_sgf_floor_reduces_to_the_square_formula_at_m_equal_n():
+    """The general floor's (m − n)E tr D term vanishes at m = n and moves it otherwise:
+    at m = 8, n = 4 (r = 4) with the measured size and trace of the README's point the
+    two formulas differ by more than the measurement's 1.5% standard error."""
+    square = theory.sgf_floor(0.1, 0.1, 0.1, 4, 6, 6, 2.0, 0.7)
+    assert square == pytest.approx(0.1 * 0.01 * 5 * 2.0 / 0.2, rel=1e-15)
+    general = theory.sgf_floor(0.1, 0.1, 0.1, 4, 8, 4, 2.0, 0.2)
+    assert general / theory.sgf_floor(0.1, 0.1, 0.1, 4, 8, 8, 2.0, 0.2) - 1 > 0.015
