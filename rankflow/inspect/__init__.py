@@ -13,7 +13,9 @@ against a null pairing of factors from different heads.
 
 Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (naming and
 layout of each family, per-head factors), ``_stats`` (statistics of one pair),
-``_run`` (the loop, null pairing, summary and outputs).
+``_run`` (the loop, null pairing, summary and outputs), ``_permutation`` (the
+layer-stratified permutation test over head pairings and its false-positive rate on
+random initialisations).
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
@@ -25,6 +27,17 @@ from ._families import Layout as Layout
 from ._families import canonical as canonical
 from ._families import infer_layout as infer_layout
 from ._families import layer_tensor_names as layer_tensor_names
+from ._permutation import FalsePositives as FalsePositives
+from ._permutation import PermutationTest as PermutationTest
+from ._permutation import UnitShape as UnitShape
+from ._permutation import false_positive_rate as false_positive_rate
+from ._permutation import pairwise_gap_rel as pairwise_gap_rel
+from ._permutation import passes as passes
+from ._permutation import permutation_test as permutation_test
+from ._permutation import random_init_gaps as random_init_gaps
+from ._permutation import unit_shapes as unit_shapes
+from ._permutation import unit_statistics as unit_statistics
+from ._permutation import wishart_grams as wishart_grams
 from ._run import PAIRS as PAIRS
 from ._run import Inspection as Inspection
 from ._run import inspect_checkpoint as inspect_checkpoint
@@ -42,11 +55,15 @@ __all__ = [
     "STATISTICS",
     "Checkpoint",
     "Factor",
+    "FalsePositives",
     "InspectError",
     "Inspection",
     "LayerWeights",
     "Layout",
+    "PermutationTest",
+    "UnitShape",
     "canonical",
+    "false_positive_rate",
     "infer_layout",
     "inspect_checkpoint",
     "inspect_layer",
@@ -54,6 +71,13 @@ __all__ = [
     "load_inspection",
     "open_checkpoint",
     "pair_statistics",
+    "pairwise_gap_rel",
     "parse_layers",
+    "passes",
+    "permutation_test",
+    "random_init_gaps",
     "theory_rows",
+    "unit_shapes",
+    "unit_statistics",
+    "wishart_grams",
 ]

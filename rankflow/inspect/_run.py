@@ -10,11 +10,12 @@ and ``inspect.json`` last: a directory without it is not a finished inspection.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
+from ._permutation import layer_gap_matrices
 from ._stats import STATISTICS, Factor, pair_statistics
 
 __all__ = ["Inspection", "PAIRS", "inspect_checkpoint", "load_inspection", "parse_layers"]
@@ -55,7 +57,11 @@ class Inspection:
     ``heads``: one row per (layer, pair, unit), columns :data:`ID_COLUMNS`, the
     statistics and ``null_<statistic>``; ``grams``: the Gram entries of the scatter
     heads; ``summary``: the per-layer text that the CLI prints; ``out``: the directory
-    written, if any.
+    written, if any. ``pair_gaps``: ``(pair, statistic) → (L, U, U)`` array over the L
+    inspected layers and the U theory units of each: ``[l, u, v]`` is the relative gap
+    of unit u's A against unit v's B (the diagonal: the true pairs), for each statistic
+    of :func:`~._permutation.unit_statistics`; the input of the permutation test
+    (:mod:`._permutation`). Kept in memory only, U² numbers per layer.
     """
 
     heads: pd.DataFrame
@@ -64,6 +70,7 @@ class Inspection:
     meta: dict
     summary: str
     out: Path | None = None
+    pair_gaps: dict = field(default_factory=dict)
 
 
 # --- choosing layers and scatter heads -----------------------------------------------
@@ -163,6 +170,114 @@ def _gram_rows(layer, pair, unit, index, partner, a: Factor, b: Factor, b_null: 
     return frames
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One row source of the heads table: a head or GQA group, its null partner, and
+    per pair ``(A, B, B_null, m, n)``."""
+
+    unit: str  # head | group
+    index: int
+    group: int
+    partner: int | None
+    theory: bool
+    pairs: dict
+
+
+def _layer_units(lw: LayerWeights, layout: Layout) -> list[_Unit]:
+    """The units of one layer (see :func:`inspect_layer`), each factor reduced to its
+    :class:`Factor` once."""
+    H, Hkv, G = layout.n_heads, layout.n_kv_heads, layout.group_size
+    Q = [Factor.of(lw.query(h)) for h in range(H)]
+    O = [Factor.of(lw.output_t(h)) for h in range(H)]
+    K = [Factor.of(lw.key(g)) for g in range(Hkv)]
+    V = [Factor.of(lw.value(g)) for g in range(Hkv)]
+    D = layout.d_model
+    units = []
+    if G == 1:
+        for h in range(H):
+            p = (h + 1) % H if H > 1 else None
+            units.append(
+                _Unit("head", h, h, p, True, {
+                    "qk": (Q[h], K[h], None if p is None else K[p], D, D),
+                    "vo": (V[h], O[h], None if p is None else O[p], D, D),
+                })
+            )  # fmt: skip
+        return units
+    for g in range(Hkv):
+        p = (g + 1) % Hkv if Hkv > 1 else None
+        members = range(g * G, (g + 1) * G)
+        Qg = Factor.stack([Q[i] for i in members])
+        Og = Factor.stack([O[i] for i in members])
+        Op = None if p is None else Factor.stack([O[i] for i in range(p * G, (p + 1) * G)])
+        units.append(
+            _Unit("group", g, g, p, True, {
+                "qk": (Qg, K[g], None if p is None else K[p], G * D, D),
+                "vo": (V[g], Og, Op, D, G * D),
+            })
+        )  # fmt: skip
+    for h in range(H):
+        g = h // G
+        p = (h + G) % H if Hkv > 1 else None
+        units.append(
+            _Unit("head", h, g, p, False, {
+                "qk": (Q[h], K[g], None if p is None else K[p // G], D, D),
+                "vo": (V[g], O[h], None if p is None else O[p], D, D),
+            })
+        )  # fmt: skip
+    return units
+
+
+def _unit_rows(
+    units: list[_Unit], layout: Layout, layer: int, bias: dict, rank_tol: float, scatter: set
+) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Rows of the heads table (statistics of the true and the null pair) and the Gram
+    entries of the scatter units."""
+    rows, grams = [], []
+    nan = dict.fromkeys(STATISTICS, float("nan"))
+    for u in units:
+        for pair in PAIRS:
+            a, b, b_null, m, n = u.pairs[pair]
+            rotary = layout.rotary_dim if pair == "qk" else 0
+            stats = pair_statistics(a, b, rank_tol=rank_tol, rotary_dim=rotary)
+            null = (
+                nan
+                if b_null is None
+                else pair_statistics(a, b_null, rank_tol=rank_tol, rotary_dim=rotary)
+            )
+            rows.append(
+                {
+                    "layer": layer,
+                    "pair": pair,
+                    "unit": u.unit,
+                    "head": u.index if u.unit == "head" else -1,
+                    "group": u.group,
+                    "null_partner": -1 if u.partner is None else u.partner,
+                    "theory": u.theory,
+                    "bias": bias[pair],
+                    "m": m,
+                    "n": n,
+                    "r": layout.head_dim,
+                    **stats,
+                    **{f"null_{k}": v for k, v in null.items()},
+                }
+            )
+            if u.theory and u.index in scatter:
+                grams += _gram_rows(layer, pair, u.unit, u.index, u.partner, a, b, b_null)
+    return rows, grams
+
+
+def _pair_gaps(units: list[_Unit], layout: Layout) -> dict[tuple[str, str], np.ndarray]:
+    """``(pair, statistic) → (U, U)`` relative gaps between the A of theory unit u and
+    the B of unit v of one layer (:func:`~._permutation.layer_gap_matrices`), from the
+    Grams already computed for the heads table."""
+    theory = [u for u in units if u.theory]
+    grams = {
+        pair: tuple(np.stack([u.pairs[pair][i].gram for u in theory]) for i in (0, 1))
+        for pair in PAIRS
+    }
+    return layer_gap_matrices(grams, layout.rotary_dim, layout.head_dim)
+
+
 def inspect_layer(
     lw: LayerWeights,
     layout: Layout,
@@ -185,80 +300,16 @@ def inspect_layer(
     The null partner is the next unit, cyclically (for GQA head rows: the same
     position in the next group), so that it never shares the true partner.
     """
-    H, Hkv, G = layout.n_heads, layout.n_kv_heads, layout.group_size
-    Q = [Factor.of(lw.query(h)) for h in range(H)]
-    O = [Factor.of(lw.output_t(h)) for h in range(H)]
-    K = [Factor.of(lw.key(g)) for g in range(Hkv)]
-    V = [Factor.of(lw.value(g)) for g in range(Hkv)]
-    bias = {"qk": lw.bq is not None or lw.bk is not None, "vo": lw.bv is not None}
-    scatter = set(scatter)
-    D, d = layout.d_model, layout.head_dim
-
-    units = []  # (unit, index, group, partner, theory, pair → (A, B, B_null, m, n))
-    if G == 1:
-        for h in range(H):
-            p = (h + 1) % H if H > 1 else None
-            units.append(
-                ("head", h, h, p, True, {
-                    "qk": (Q[h], K[h], None if p is None else K[p], D, D),
-                    "vo": (V[h], O[h], None if p is None else O[p], D, D),
-                })
-            )  # fmt: skip
-    else:
-        for g in range(Hkv):
-            p = (g + 1) % Hkv if Hkv > 1 else None
-            members = range(g * G, (g + 1) * G)
-            Qg = Factor.stack([Q[i] for i in members])
-            Og = Factor.stack([O[i] for i in members])
-            Op = None if p is None else Factor.stack([O[i] for i in range(p * G, (p + 1) * G)])
-            units.append(
-                ("group", g, g, p, True, {
-                    "qk": (Qg, K[g], None if p is None else K[p], G * D, D),
-                    "vo": (V[g], Og, Op, D, G * D),
-                })
-            )  # fmt: skip
-        for h in range(H):
-            g = h // G
-            p = (h + G) % H if Hkv > 1 else None
-            units.append(
-                ("head", h, g, p, False, {
-                    "qk": (Q[h], K[g], None if p is None else K[p // G], D, D),
-                    "vo": (V[g], O[h], None if p is None else O[p], D, D),
-                })
-            )  # fmt: skip
-
-    rows, grams = [], []
-    nan = dict.fromkeys(STATISTICS, float("nan"))
-    for unit, index, group, partner, theory, pairs in units:
-        for pair in PAIRS:
-            a, b, b_null, m, n = pairs[pair]
-            rotary = layout.rotary_dim if pair == "qk" else 0
-            stats = pair_statistics(a, b, rank_tol=rank_tol, rotary_dim=rotary)
-            null = (
-                nan
-                if b_null is None
-                else pair_statistics(a, b_null, rank_tol=rank_tol, rotary_dim=rotary)
-            )
-            rows.append(
-                {
-                    "layer": layer,
-                    "pair": pair,
-                    "unit": unit,
-                    "head": index if unit == "head" else -1,
-                    "group": group,
-                    "null_partner": -1 if partner is None else partner,
-                    "theory": theory,
-                    "bias": bias[pair],
-                    "m": m,
-                    "n": n,
-                    "r": d,
-                    **stats,
-                    **{f"null_{k}": v for k, v in null.items()},
-                }
-            )
-            if theory and index in scatter:
-                grams += _gram_rows(layer, pair, unit, index, partner, a, b, b_null)
+    rows, grams, _ = _inspect_one(lw, layout, layer, rank_tol, set(scatter))
     return rows, grams
+
+
+def _inspect_one(lw, layout, layer, rank_tol, scatter):
+    """:func:`inspect_layer`'s rows and Gram entries, and the layer's pair gaps."""
+    units = _layer_units(lw, layout)
+    bias = {"qk": lw.bq is not None or lw.bk is not None, "vo": lw.bv is not None}
+    rows, grams = _unit_rows(units, layout, layer, bias, rank_tol, scatter)
+    return rows, grams, _pair_gaps(units, layout)
 
 
 # --- the summary -----------------------------------------------------------------------
@@ -280,6 +331,9 @@ def summarize(heads: pd.DataFrame, layout: Layout, meta: dict) -> str:
     unit = "groups" if layout.group_size > 1 else "heads"
     index_col = "group" if layout.group_size > 1 else "head"
     rotary = layout.rotary_dim > 0
+    partial = 0 < layout.rotary_dim < layout.head_dim
+    rot, d = layout.rotary_dim, layout.head_dim
+    nrot = f"; nrot = gap of the non-rotary Gram block (dims {rot}..{d})" if partial else ""
     lines = [
         f"# rankflow inspect: {meta['checkpoint']}",
         "",
@@ -297,12 +351,13 @@ def summarize(heads: pd.DataFrame, layout: Layout, meta: dict) -> str:
         "the off-diagonal Gram entries; fmn = (½(‖A‖²+‖B‖²) − ‖ABᵀ‖_*) / ½(‖A‖²+‖B‖²); "
         "max gap (at) = the largest gap and its "
         f"{index_col} (h3: head 3, g3: group 3); erank = effective rank of ABᵀ (of d_h = "
-        f"{layout.head_dim})" + ("; rot = rotary-block gap." if rotary else "."),
+        f"{layout.head_dim})" + ("; rot = rotary-block gap" if rotary else "") + nrot + ".",
         "",
     ]
     head = f"{'layer':>5}  {'pair':<12} {'gap [null]':>20} {'max gap (at)':>18} "
     head += f"{'r_off [null]':>20} {'fmn [null]':>20} {'erank':>6}"
     head += f" {'rot [null]':>20}" if rotary else ""
+    head += f" {'nrot [null]':>20}" if partial else ""
     lines += ["```", head]
     for (layer, pair), g in t.groupby(["layer", "pair"], sort=True):
 
@@ -316,6 +371,8 @@ def summarize(heads: pd.DataFrame, layout: Layout, meta: dict) -> str:
         line += f"{_fmt(g['effective_rank'].median()):>6}"
         if rotary:
             line += f" {cell('rotary_gap_rel'):>20}" if pair == "qk" else ""
+        if partial and pair == "qk":
+            line += f" {cell('nonrotary_gap_rel'):>20}"
         lines.append(line)
     lines.append("```")
     lines.append("")
@@ -369,6 +426,7 @@ def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
 # --- outputs ---------------------------------------------------------------------------
 
 
+@functools.cache
 def _versions() -> dict[str, str]:
     out = {}
     for name in ("rankflow", "safetensors", "numpy", "pandas", "pyarrow", "matplotlib"):
@@ -452,7 +510,8 @@ def inspect_checkpoint(
         the file and tensor on bad input, before anything is written.
 
     Memory: one layer's attention tensors at a time (plus per-head float64 copies);
-    each file is memory-mapped only while that layer is read.
+    each file is memory-mapped only while that layer is read. Across layers only the
+    tables and the U×U pair gaps per layer are kept.
     """
     t0 = datetime.datetime.now(datetime.UTC)
     ckpt: Checkpoint = open_checkpoint(path)
@@ -463,24 +522,45 @@ def inspect_checkpoint(
     if not rank_tol > 0:
         raise InspectError(f"rank_tol must be > 0, got {rank_tol}")
 
+    show = sys.stderr.isatty() if progress is None else progress
+    rows, grams, gaps = _inspect_layers(ckpt, layout, names, chosen, picks, rank_tol, show)
+    heads_df = pd.DataFrame(rows)
+    stats_cols = list(STATISTICS) + [f"null_{s}" for s in STATISTICS]
+    heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
+    grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
+    meta = _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0)
+    summary = summarize(heads_df, layout, meta)
+    insp = Inspection(heads_df, grams_df, layout, meta, summary, pair_gaps=gaps)
+    if out is not None:
+        out = Path(out)
+        _write(out, insp, figures)
+        insp = Inspection(heads_df, grams_df, layout, meta, summary, out, pair_gaps=gaps)
+    return insp
+
+
+def _inspect_layers(ckpt, layout, names, chosen, picks, rank_tol, show):
+    """Rows, Gram entries and stacked pair gaps (``Inspection.pair_gaps``) of the chosen
+    layers, reading one layer's tensors at a time."""
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if progress is None else progress
-    rows, grams = [], []
+    rows, grams, gaps = [], [], {}
     with single_threaded_blas():
         for layer in tqdm(chosen, desc="layers", disable=not show, file=sys.stderr):
             tensors = ckpt.read(names[layer].values())
             lw = canonical(layout, {role: tensors[n] for role, n in names[layer].items()})
             want = {h // layout.group_size for i, h in picks if i == layer}
-            r, g = inspect_layer(lw, layout, layer, rank_tol=rank_tol, scatter=want)
+            r, g, pg = _inspect_one(lw, layout, layer, rank_tol, want)
             rows += r
             grams += g
+            for key, m in pg.items():
+                gaps.setdefault(key, []).append(m)
             del tensors, lw
-    heads_df = pd.DataFrame(rows)
-    stats_cols = list(STATISTICS) + [f"null_{s}" for s in STATISTICS]
-    heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
-    grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
-    meta = {
+    return rows, grams, {key: np.stack(ms) for key, ms in gaps.items()}
+
+
+def _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0) -> dict:
+    """``inspect.json``: the checkpoint, its layout, the choices made and the notes."""
+    return {
         "checkpoint": str(ckpt.path.resolve()),
         "name": ckpt.path.resolve().name
         if ckpt.path.is_dir()
@@ -493,16 +573,9 @@ def inspect_checkpoint(
         "scatter": [list(p) for p in picks],
         "rank_tol": rank_tol,
         "notes": _notes(layout, heads_df),
-        "versions": _versions(),
+        "versions": dict(_versions()),
         "created": t0.isoformat(timespec="seconds"),
     }
-    summary = summarize(heads_df, layout, meta)
-    insp = Inspection(heads_df, grams_df, layout, meta, summary)
-    if out is not None:
-        out = Path(out)
-        _write(out, insp, figures)
-        insp = Inspection(heads_df, grams_df, layout, meta, summary, out)
-    return insp
 
 
 def load_inspection(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:

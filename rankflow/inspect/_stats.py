@@ -42,6 +42,7 @@ STATISTICS = (
     "rank",  # number of singular values > rank_tol · s_1
     "rotary_gap_rel",  # ‖e_A − e_B‖ / ½(‖e_A‖ + ‖e_B‖), e: rotary block energies
     "rotary_corr",  # Pearson r of e_A and e_B
+    "nonrotary_gap_rel",  # balance_gap_rel of the Gram sub-block [rot:, rot:] (partial rotary)
 )
 
 
@@ -105,7 +106,9 @@ def pair_statistics(
 
     ``rotary_dim > 0`` adds the rotary-block balance (THEORY.md, "Rotary embeddings"):
     only the block energies ``e[j] = ‖A[:, j]‖² + ‖A[:, j']‖²`` (j' = j + rotary_dim/2)
-    are balanced by weight decay when q and k are rotated; NaN otherwise.
+    are balanced by weight decay when q and k are rotated; NaN otherwise. With partial
+    rotary (``0 < rotary_dim < r``) the dimensions ``rotary_dim..r`` are not rotated, so
+    their whole Gram sub-block balances: ``nonrotary_gap_rel``; NaN otherwise.
     Correlations use each entry of the symmetric Grams once (i ≤ j, or i < j).
     """
     a = a if isinstance(a, Factor) else Factor.of(a)
@@ -143,10 +146,15 @@ def pair_statistics(
         "rank": float(np.sum(s > rank_tol * top)),
         "rotary_gap_rel": float("nan"),
         "rotary_corr": float("nan"),
+        "nonrotary_gap_rel": float("nan"),
     }
     if rotary_dim:
         ea, eb = block_energies(Ga, rotary_dim), block_energies(Gb, rotary_dim)
         diff = float(np.linalg.norm(ea - eb))
         out["rotary_gap_rel"] = _relative(diff, np.linalg.norm(ea), np.linalg.norm(eb))
         out["rotary_corr"] = pearson(ea, eb)
+    if 0 < rotary_dim < r:
+        sa, sb = Ga[rotary_dim:, rotary_dim:], Gb[rotary_dim:, rotary_dim:]
+        diff = float(np.linalg.norm(sa - sb))
+        out["nonrotary_gap_rel"] = _relative(diff, np.linalg.norm(sa), np.linalg.norm(sb))
     return out

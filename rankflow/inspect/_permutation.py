@@ -1,0 +1,364 @@
+"""Is each head's A closer to balance with its own B than with another head's B?
+
+THEORY.md T1/T4: weight decay balances the two factors of a product, ``AᵀA → BᵀB``,
+for each theory unit of attention (a head, or a grouped-query group) separately. A
+checkpoint shows that fingerprint if the true pairs are more balanced than pairings of
+one unit's A with another unit's B. This module tests that with a permutation test over
+pairings, and measures how often the test would pass on random-initialised checkpoints
+of the same shapes (its false-positive rate), in numpy.
+
+The null pairings permute the B factors *within each layer* (layer-stratified): scales
+of the factors differ between layers far more than between the heads of one layer, so a
+cross-layer pairing would mostly measure that scale difference, and any checkpoint with
+layer-dependent scales would pass. Within a layer the heads are exchangeable under the
+null (at random initialisation exactly so), which is what makes the test calibrated.
+
+Everything the test needs is, per layer, the ``U×U`` matrix of relative gaps between the
+A of unit u and the B of unit v (:func:`pairwise_gap_rel`); the inspection keeps those
+(O(U²) per layer) instead of the factors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._blas import single_threaded_blas
+from ._families import Layout
+
+__all__ = [
+    "FalsePositives",
+    "PermutationTest",
+    "UnitShape",
+    "false_positive_rate",
+    "gram_features",
+    "null_size",
+    "layer_gap_matrices",
+    "pairwise_gap_rel",
+    "passes",
+    "permutation_test",
+    "random_init_gaps",
+    "unit_shapes",
+    "unit_statistics",
+    "wishart_grams",
+]
+
+# Gap statistics of a pair (names as in STATISTICS of the heads table).
+GRAM, ROTARY, NONROTARY = "balance_gap_rel", "rotary_gap_rel", "nonrotary_gap_rel"
+# Below this squared relative distance the Gram-expansion ‖a‖² + ‖b‖² − 2⟨a, b⟩ has lost
+# most of its digits (cancellation, error ~ε(‖a‖² + ‖b‖²)); such entries are recomputed
+# directly, so that a balanced pair reads ~1e-16 and not ~1e-8.
+_CANCELLATION = 1e-6
+# Null pairings are drawn in chunks of at most this many gap values (memory).
+_CHUNK_VALUES = 4_000_000
+
+
+def unit_statistics(pair: str, rotary_dim: int, head_dim: int) -> tuple[str, ...]:
+    """The gap statistics tested for a pair kind, the one that decides the verdict first.
+
+    Key–query with rotary embeddings (THEORY.md, "Rotary embeddings"): only the
+    per-rotary-block energies balance (``rotary_gap_rel``); the full Gram gap is reported
+    beside it, and with partial rotary (``rotary_dim < head_dim``) the Gram gap of the
+    non-rotary dimensions ``rotary_dim..head_dim``, which nothing rotates, so that the
+    whole sub-block balances (``nonrotary_gap_rel``). Otherwise the full Gram gap.
+    """
+    if pair == "qk" and rotary_dim:
+        return (ROTARY, GRAM) + ((NONROTARY,) if rotary_dim < head_dim else ())
+    return (GRAM,)
+
+
+def gram_features(grams: np.ndarray, statistic: str, rotary_dim: int = 0) -> np.ndarray:
+    """Per unit, the vector whose Euclidean distance is the statistic's gap.
+
+    ``grams``: (U, r, r) Gram matrices. ``balance_gap_rel``: the flattened Gram (the
+    Frobenius norm is the Euclidean norm of the entries); ``rotary_gap_rel``: the block
+    energies ``e_j = G[j, j] + G[j + rot/2, j + rot/2]`` (HF ``rotate_half`` pairs);
+    ``nonrotary_gap_rel``: the flattened sub-block ``G[rot:, rot:]``. Returns (U, k).
+    """
+    grams = np.asarray(grams, dtype=np.float64)
+    U = grams.shape[0]
+    if statistic == GRAM:
+        return grams.reshape(U, -1)
+    half = rotary_dim // 2
+    if statistic == ROTARY:
+        diag = np.diagonal(grams, axis1=1, axis2=2)
+        return diag[:, :half] + diag[:, half : 2 * half]
+    if statistic == NONROTARY:
+        return grams[:, rotary_dim:, rotary_dim:].reshape(U, -1)
+    raise ValueError(f"unknown gap statistic {statistic!r}")
+
+
+def pairwise_gap_rel(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """``gap[u, v] = ‖xa_u − xb_v‖ / ½(‖xa_u‖ + ‖xb_v‖)`` for features (U, k), (V, k).
+
+    On flattened Grams this is ``balance_gap_rel`` of A_u with B_v. Two zero vectors
+    (a dead unit paired with a dead unit) are equal, hence balanced: gap 0, not NaN.
+    """
+    xa, xb = np.asarray(xa, np.float64), np.asarray(xb, np.float64)
+    na2, nb2 = np.einsum("uk,uk->u", xa, xa), np.einsum("vk,vk->v", xb, xb)
+    total = na2[:, None] + nb2[None, :]
+    d2 = total - 2.0 * (xa @ xb.T)
+    for u, v in np.argwhere(d2 <= _CANCELLATION * total):
+        d2[u, v] = np.sum((xa[u] - xb[v]) ** 2)
+    scale = 0.5 * (np.sqrt(na2)[:, None] + np.sqrt(nb2)[None, :])
+    gap = np.sqrt(np.clip(d2, 0.0, None))
+    return np.divide(gap, scale, out=np.zeros_like(gap), where=scale > 0)
+
+
+def layer_gap_matrices(
+    grams: Mapping[str, tuple[np.ndarray, np.ndarray]], rotary_dim: int, head_dim: int
+) -> dict[tuple[str, str], np.ndarray]:
+    """One layer's ``(pair, statistic) → (U, U)`` gap matrices, from per pair the Grams
+    ``(G_A, G_B)`` of its U theory units, each (U, r, r); the diagonal is the true
+    pairing."""
+    out = {}
+    for pair, (ga, gb) in grams.items():
+        rot = rotary_dim if pair == "qk" else 0
+        for stat in unit_statistics(pair, rot, head_dim):
+            out[pair, stat] = pairwise_gap_rel(
+                gram_features(ga, stat, rot), gram_features(gb, stat, rot)
+            )
+    return out
+
+
+# --- the permutation test --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PermutationTest:
+    """A layer-stratified permutation test of one gap statistic (see
+    :func:`permutation_test`). ``observed``: median over the units of the true pairs'
+    gaps; ``null_median``: median over the null pairings of their median gap;
+    ``effect = observed / null_median`` (1: no better than chance pairings, 0: exact
+    balance); ``p``: the permutation p-value; ``p_min``: the smallest p the test can
+    give; ``n_perm``: null pairings used (all non-identity ones when ``exact``);
+    ``log10_pairings``: log10 of the number of distinct pairings, L·log10(U!)."""
+
+    statistic: str
+    n_layers: int
+    n_units: int
+    observed: float
+    null_median: float
+    effect: float
+    p: float
+    p_min: float
+    n_perm: int
+    exact: bool
+    log10_pairings: float
+
+    @property
+    def n_pairings(self) -> int | None:
+        """The number of distinct pairings, when it is small enough to write out."""
+        if self.log10_pairings > 15:
+            return None
+        return math.factorial(self.n_units) ** self.n_layers
+
+
+def null_size(n_layers: int, n_units: int, n_perm: int) -> tuple[bool, int]:
+    """``(exact, n)``: whether :func:`permutation_test` enumerates all pairings, and how
+    many null pairings it compares with (so that its smallest p is ``1/(1 + n)``)."""
+    log10_n = n_layers * math.lgamma(n_units + 1) / math.log(10)
+    if log10_n <= math.log10(n_perm + 1) + 1e-9:
+        return True, math.factorial(n_units) ** n_layers - 1
+    return False, n_perm
+
+
+def _all_pairings(L: int, U: int) -> np.ndarray:
+    """Every layer-stratified pairing, (N, L, U), the identity first."""
+    perms = list(itertools.permutations(range(U)))
+    return np.array(list(itertools.product(perms, repeat=L)), dtype=np.intp).reshape(-1, L, U)
+
+
+def _median_mean(gaps: np.ndarray, perms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and mean over all units of ``gaps[l, u, perm[l, u]]``, per pairing."""
+    L, U = gaps.shape[:2]
+    vals = gaps[np.arange(L)[None, :, None], np.arange(U)[None, None, :], perms]
+    vals = vals.reshape(len(perms), L * U)
+    return np.median(vals, axis=1), vals.mean(axis=1)
+
+
+def permutation_test(
+    gaps: np.ndarray, *, n_perm: int = 999, seed: int = 0, statistic: str = GRAM
+) -> PermutationTest:
+    """Test whether the true pairs (the diagonals of ``gaps``, (L, U, U)) are more
+    balanced than pairings of each A with a random permutation of the B of its layer.
+
+    Statistic: the median gap over the L·U units, ties broken by the mean. The tie-break
+    matters for pairings that keep over half of the true pairs, whose median can equal
+    the observed one exactly; the mean tells them apart, so a model whose true gaps are
+    all below its mismatched ones reaches the smallest p. Any fixed statistic keeps the
+    test exact; the median alone is robust to a minority of odd heads.
+
+    With at most ``n_perm + 1`` distinct pairings all are enumerated (exact test,
+    ``p = #{T ≤ T_obs}/N``, the identity counting itself); otherwise ``n_perm`` are drawn
+    (seeded) and ``p = (1 + #{T_null ≤ T_obs})/(1 + n_perm)``. Either way p is never
+    below ``p_min = 1/(1 + n)``, n the null pairings used.
+    """
+    gaps = np.asarray(gaps, dtype=np.float64)
+    L, U, _ = gaps.shape
+    ident = np.broadcast_to(np.arange(U), (1, L, U))
+    obs_med, obs_mean = (float(x[0]) for x in _median_mean(gaps, ident))
+    exact, _ = null_size(L, U, n_perm)
+    meds, means = [], []
+    if exact:
+        pairings = _all_pairings(L, U)[1:]
+        chunks = [pairings[i : i + 256] for i in range(0, len(pairings), 256)]
+    else:
+        rng = np.random.default_rng(seed)
+        step = max(1, _CHUNK_VALUES // max(1, L * U))
+        chunks = (
+            rng.permuted(np.broadcast_to(np.arange(U), (min(step, n_perm - i), L, U)), axis=2)
+            for i in range(0, n_perm, step)
+        )
+    for perms in chunks:
+        med, mean = _median_mean(gaps, perms)
+        meds.append(med)
+        means.append(mean)
+    med = np.concatenate(meds) if meds else np.empty(0)
+    mean = np.concatenate(means) if means else np.empty(0)
+    n = len(med)
+    le = (med < obs_med) | ((med == obs_med) & (mean <= obs_mean))
+    null_median = float(np.median(med)) if n else float("nan")
+    effect = obs_med / null_median if n and null_median > 0 else float("nan")
+    return PermutationTest(
+        statistic=statistic,
+        n_layers=L,
+        n_units=U,
+        observed=obs_med,
+        null_median=null_median,
+        effect=effect,
+        p=(1.0 + float(le.sum())) / (1.0 + n),
+        p_min=1.0 / (1.0 + n),
+        n_perm=n,
+        exact=bool(exact),
+        log10_pairings=L * math.lgamma(U + 1) / math.log(10),
+    )
+
+
+def passes(test: PermutationTest, alpha: float, margin: float) -> bool:
+    """The verdict rule: significant (``p ≤ alpha``) and large (``effect ≤ margin``)."""
+    return bool(test.p <= alpha and np.isfinite(test.effect) and test.effect <= margin)
+
+
+# --- random initialisation: the false-positive rate ------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitShape:
+    """Shapes of one pair kind's theory units: per layer ``n_units`` pairs of factors
+    A (m×r) and B (n×r); ``rotary_dim`` as in :class:`Layout` (key–query only)."""
+
+    n_layers: int
+    n_units: int
+    m: int
+    n: int
+    r: int
+    rotary_dim: int = 0
+
+
+def unit_shapes(layout: Layout, n_layers: int | None = None) -> dict[str, UnitShape]:
+    """Per pair kind, the theory units of ``layout`` as ``inspect_layer`` forms them:
+    heads (m = n = D), or per grouped-query group of G query heads the stacked query
+    factor (m = G·D) against the key, and the value against the stacked W_Oᵀ (n = G·D)."""
+    L = layout.n_layers if n_layers is None else n_layers
+    D, G, U, r = layout.d_model, layout.group_size, layout.n_kv_heads, layout.head_dim
+    return {
+        "qk": UnitShape(L, U, G * D, D, r, layout.rotary_dim),
+        "vo": UnitShape(L, U, D, G * D, r, 0),
+    }
+
+
+def wishart_grams(rng: np.random.Generator, m: int, r: int, size: int) -> np.ndarray:
+    """``size`` Grams ``XᵀX`` of X (m×r) with iid N(0, 1) entries, (size, r, r).
+
+    Exact in law, in O(r³) each, by the Bartlett decomposition: ``XᵀX = T Tᵀ`` with T
+    lower triangular, ``T_ii² ~ χ²(m − i)`` (i = 0…r−1) and ``T_ij ~ N(0, 1)`` below the
+    diagonal, for m ≥ r; for m < r X itself is drawn.
+    """
+    if m < r:
+        X = rng.standard_normal((size, m, r))
+        return np.einsum("smi,smj->sij", X, X)
+    T = np.tril(rng.standard_normal((size, r, r)), k=-1)
+    idx = np.arange(r)
+    T[:, idx, idx] = np.sqrt(rng.chisquare(m - idx, size=(size, r)))
+    return T @ np.swapaxes(T, 1, 2)
+
+
+def _random_features(rng, rows: int, shape: UnitShape, statistic: str) -> np.ndarray:
+    """Per unit of one layer, :func:`gram_features` of a factor (rows×r) of iid N(0, 1)
+    entries. Scale drops out: every gap statistic is invariant under one common factor
+    on both Grams, and at initialisation both factors of a pair share the scale s."""
+    U, r, rot = shape.n_units, shape.r, shape.rotary_dim
+    if statistic == ROTARY:
+        # Columns of X are independent: each diagonal entry of XᵀX is χ²(rows), and a
+        # block energy, the sum of two of them, is χ²(2·rows).
+        return rng.chisquare(2 * rows, size=(U, rot // 2))
+    if statistic == NONROTARY:
+        # A principal sub-block of a Wishart matrix is Wishart with the same rows.
+        return wishart_grams(rng, rows, r - rot, U).reshape(U, -1)
+    return wishart_grams(rng, rows, r, U).reshape(U, -1)
+
+
+def random_init_gaps(rng: np.random.Generator, shape: UnitShape, statistic: str) -> np.ndarray:
+    """The (L, U, U) gap matrices of one random-initialised checkpoint of ``shape``
+    (every weight iid N(0, s²)), sampled from the Grams' exact law, no weights needed."""
+    return np.stack(
+        [
+            pairwise_gap_rel(
+                _random_features(rng, shape.m, shape, statistic),
+                _random_features(rng, shape.n, shape, statistic),
+            )
+            for _ in range(shape.n_layers)
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class FalsePositives:
+    """How often the verdict passes on random-initialised checkpoints: ``n_pass`` of
+    ``n_seeds`` (``rate``), and ``n_significant`` of them with ``p ≤ alpha`` alone (the
+    calibration of p, ≈ alpha); ``n_perm`` null pairings per test; ``n_seeds = 0`` when
+    not simulated (a test that cannot reach alpha never passes)."""
+
+    n_seeds: int
+    n_pass: int
+    n_significant: int
+    n_perm: int
+
+    @property
+    def rate(self) -> float:
+        return self.n_pass / self.n_seeds if self.n_seeds else 0.0
+
+
+def false_positive_rate(
+    shape: UnitShape,
+    statistic: str,
+    *,
+    alpha: float,
+    margin: float,
+    n_seeds: int = 100,
+    n_perm: int = 999,
+    seed: int = 0,
+) -> FalsePositives:
+    """Run the verdict (:func:`permutation_test`, :func:`passes`) on ``n_seeds``
+    random-initialised checkpoints of ``shape`` (seeds ``(seed, k)``), each sampled by
+    :func:`random_init_gaps`. Skipped (``n_seeds = 0``) when the test cannot reach
+    ``alpha`` at this shape."""
+    _, n = null_size(shape.n_layers, shape.n_units, n_perm)
+    if 1.0 / (1.0 + n) > alpha:
+        return FalsePositives(0, 0, 0, 0)
+    n_pass = n_sig = used = 0
+    # Many small matrix products: OpenBLAS threads cost more than they bring (see _blas).
+    with single_threaded_blas():
+        for k in range(n_seeds):
+            rng = np.random.default_rng([seed, k])
+            gaps = random_init_gaps(rng, shape, statistic)
+            test = permutation_test(gaps, n_perm=n_perm, seed=k, statistic=statistic)
+            used = test.n_perm
+            n_sig += test.p <= alpha
+            n_pass += passes(test, alpha, margin)
+    return FalsePositives(n_seeds, int(n_pass), int(n_sig), used)
