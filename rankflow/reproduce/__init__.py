@@ -28,7 +28,7 @@ from ..config import ConfigError
 from . import report as report_lib
 from ._common import MODES, Claim, Context
 
-__all__ = ["EXPERIMENTS", "Claim", "Result", "check_options", "reproduce"]
+__all__ = ["EXPERIMENTS", "Claim", "Result", "check_options", "passable_claims", "reproduce"]
 
 # name → module; in the order they run and appear in the report.
 EXPERIMENTS = {
@@ -39,6 +39,16 @@ EXPERIMENTS = {
     "attention": "attention",
     "pretrained": "pretrained",
 }
+
+
+def passable_claims() -> list[str]:
+    """The names of every claim whose verdict can be ``pass`` (each experiment's
+    ``CLAIMS``), in report order; each has a mutant in ``tests/`` that makes it fail."""
+    return [
+        name
+        for module in EXPERIMENTS.values()
+        for name in importlib.import_module(f".{module}", __name__).CLAIMS
+    ]
 
 
 @dataclass(frozen=True)

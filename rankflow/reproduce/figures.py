@@ -21,7 +21,7 @@ T = LABELS["t"]
 DYNAMICS = {
     "gradient_flow": ("gradient flow (GF)", "C0", "o"),
     "gd": ("GD", "C1", "s"),
-    "stochastic_flow": ("stochastic GF, m = n (mean over paths)", "C2", "^"),
+    "stochastic_flow": ("stochastic GF (mean over paths)", "C2", "^"),
     "momentum_flow": ("momentum flow", "C4", "D"),
     "adamw": ("AdamW", "C3", "v"),
 }
@@ -130,17 +130,21 @@ def balancing_figure(
     tables: dict[str, pd.DataFrame],
     rates: pd.DataFrame,
     z: pd.DataFrame,
+    bound: pd.DataFrame,
+    sgf_shape: tuple[int, int, int],
     out_path: str | Path | None = None,
 ) -> Figure:
-    """Six panels: (a) fitted rate/(2ηλ) of GF, GD and the SGF mean against 2ηλ, with T4's
-    1 and GD's T5 bracket dashed; (b) momentum flow against μ/(ηλ), orbit linearisation
-    dashed; (c) L_L2 − L_* beside its T2 bound and T4's envelope (GF); (d) the balance gap
-    of every dynamics at one (η, λ), e^{−2ηλt} dashed; (e) AdamW against λ; (f) SGF:
-    tr D per path, its mean, and T6."""
+    """Six panels (``sgf_shape``: the SGF run's m, n, r): (a) fitted rate/(2ηλ) of GF
+    and GD against 2ηλ, with T4's 1 and GD's T5 bracket dashed; (b) momentum flow against
+    μ/(ηλ), the T7 orbit rate dashed; (c) L_L2 − L_* beside its T2 bound and T4's
+    envelope (GF); (d) the balance gap of every dynamics at one (η, λ), e^{−2ηλt} dashed;
+    (e) AdamW's scale-free gap against t per λ; (f) SGF: tr D per path, its mean, and T6."""
+    from .. import theory
+
     fig = Figure(figsize=(18, 10), layout="constrained")
     axes = fig.subplots(2, 3)
     ax = axes[0, 0]
-    for kind in ("gradient_flow", "gd", "stochastic_flow"):
+    for kind in ("gradient_flow", "gd"):
         r = rates[rates["dynamics.kind"] == kind]
         label, color, marker = DYNAMICS[kind]
         x = 2 * r["dynamics.eta"] * r["dynamics.lam"]
@@ -149,11 +153,11 @@ def balancing_figure(
     gd = rates[rates["dynamics.kind"] == "gd"]
     x = np.geomspace((2 * gd["dynamics.eta"] * gd["dynamics.lam"]).min() / 1.3,
                      (2 * gd["dynamics.eta"] * gd["dynamics.lam"]).max() * 1.3, 100)  # fmt: skip
-    el = x / 2
+    low, high = theory.gd_rate_bracket(x / 2, 1.0)
     ax.axhline(1.0, color="C0", ls="--", lw=1.3, label="T4: gradient flow, exactly 1 (theory)")
-    ax.plot(x, -np.log((1 - el) ** 2) / x, color="C1", ls="--", lw=1.2,
+    ax.plot(x, low, color="C1", ls="--", lw=1.2,
             label=r"T5: GD bracket, $-\log(1-\eta\lambda)^2/2\eta\lambda$")  # fmt: skip
-    ax.plot(x, -np.log(1 - 2 * el) / x, color="C1", ls=":", lw=1.5,
+    ax.plot(x, high, color="C1", ls=":", lw=1.5,
             label=r"T5 near a minimum: $-\log(1-2\eta\lambda)/2\eta\lambda$")  # fmt: skip
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
@@ -170,19 +174,10 @@ def balancing_figure(
         g = mo[mo["dynamics.lam"] == lam].sort_values("mu_over_etalam")
         ax.plot(g["mu_over_etalam"], g["rate_over_2etalam"], "o", ms=8, mfc="none",
                 color=color, label=f"momentum flow, λ = {lam:g}")  # fmt: skip
-    # The orbit mode of T7, linearised, where it is the slowest mode (μ ≥ 10ηλ, the
-    # tested range); nearer critical damping other modes of the loss are slower.
-    xs = np.geomspace(10, mo["mu_over_etalam"].max() * 1.3, 200)
-    from .balancing import momentum_orbit_ratio
-
-    ax.plot(
-        xs,
-        momentum_orbit_ratio(1 / xs),
-        "k--",
-        lw=1.2,
-        label=r"T7 linearised on the symmetry orbit: $1+\eta\lambda/\mu+\dots$",
-    )
-    ax.axvspan(10, xs[-1], color="0.9", zorder=0, label=r"tested: $\mu\geq10\eta\lambda$")
+    xs = np.geomspace(max(mo["mu_over_etalam"].min(), 6.0), mo["mu_over_etalam"].max() * 1.3, 200)
+    ax.plot(xs, theory.momentum_orbit_rate(1.0, 1.0, xs), "k--", lw=1.2,
+            label=r"T7 on the symmetry orbit: $1+\eta\lambda/\mu+\dots$")  # fmt: skip
+    ax.axvspan(15, xs[-1], color="0.9", zorder=0, label=r"tested: $\mu\geq15\eta\lambda$")
     ax.axhline(1.0, color="0.5", ls=":", lw=1.2, label=r"$2\eta\lambda$ (the $\mu\to\infty$ limit)")
     ax.set_xscale("log")
     eta = mo["dynamics.eta"].iloc[0] if len(mo) else np.nan
@@ -197,12 +192,12 @@ def balancing_figure(
     lams = np.sort(g_eta["dynamics.lam"].unique())
     for lam, color in zip(lams, _viridis(len(lams))):
         g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
+        b = bound[(bound["dynamics.lam"] == lam) & (bound["dynamics.eta"] == eta0)]
         t = g["t"].to_numpy()
         ax.plot(t, _positive(lam * g["frob_minus_nuc"]), color=color, lw=2,
                 label=f"λ = {lam:g}")  # fmt: skip
         ax.plot(t, _positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
-        env = 0.5 * lam * np.exp(-2 * eta0 * lam * t) * g["balance_nuclear"].iloc[0]
-        ax.plot(t, _positive(env), color=color, ls=":", lw=1.3)
+        ax.plot(b["t"], _positive(b["bound"]), color=color, ls=":", lw=1.3)
     ax.set_yscale("log")
     floor = np.nanmin(_positive(lams[0] * g_eta["frob_minus_nuc"]))
     ax.set_ylim(bottom=max(floor / 10, 1e-20))
@@ -213,7 +208,7 @@ def balancing_figure(
             Line2D([], [], color="k", ls="--", label=r"T2 bound $\frac{\lambda}{2}\|D(t)\|_*$"),
             Line2D(
                 [], [], color="k", ls=":",
-                label=r"T4 envelope $\frac{\lambda}{2}e^{-2\eta\lambda t}\|D(0)\|_*$",
+                label=r"tested: T4 envelope $\frac{\lambda}{2}e^{-2\eta\lambda t}\|D(0)\|_*$",
             ),
         ],
         fontsize="small",
@@ -235,7 +230,7 @@ def balancing_figure(
             continue
         label, color, _ = DYNAMICS[kind]
         if kind == "stochastic_flow":
-            label = "stochastic GF, m = n: median over paths"
+            label = "stochastic GF: median over paths"
             if "path" in g and g["path"].nunique() > 1:
                 q = g.groupby("t")["balance_gap"].quantile([0.1, 0.9]).unstack()
                 ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.2, lw=0)
@@ -260,17 +255,12 @@ def balancing_figure(
     g_eta = ad[ad["dynamics.eta"] == eta2]
     lams = np.sort(g_eta["dynamics.lam"].unique())
     for lam, color in zip(lams, _viridis(len(lams))):
-        t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap")
+        t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap_rel")
         seeds = g_eta["seed"].nunique()
         label = f"AdamW, λ = {lam:g}" + (f" (median of {seeds} seeds)" if seeds > 1 else "")
         ax.plot(t, _positive(y), color=color, lw=2, label=label)
-        if lam > 0:
-            ax.plot(t, y[0] * np.exp(-2 * eta2 * lam * t), color=color, ls="--", lw=1.2)
-    ax.plot([], [], "k--", lw=1.2, label=r"$\|D(0)\|e^{-2\eta\lambda t}$ (GF law, for scale)")
     ax.set_yscale("log")
-    yl = _positive(g_eta["balance_gap"])
-    ax.set_ylim(bottom=np.nanmin(yl) / 10, top=np.nanmax(yl) * 3)
-    ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
+    ax.set(xlabel=T, ylabel="scale-free gap ‖AᵀA − BᵀB‖ / ½(‖AᵀA‖ + ‖BᵀB‖) (log scale)")
     ax.set_title(f"(e) AdamW (outside the theory), η = {eta2:g}", fontsize="medium")
     ax.legend(fontsize="small")
 
@@ -287,19 +277,24 @@ def balancing_figure(
     ax.errorbar(zz["t"], zz["mean"], yerr=4 * zz["se"], fmt="none", ecolor="k", capsize=3,
                 label="±4 SE at the tested saves")  # fmt: skip
     t = m.index.to_numpy()
-    ax.plot(t, m["mean"].iloc[0] * np.exp(-2 * key[1] * key[0] * t), "k--", lw=1.3,
-            label=r"T6: $e^{-2\eta\lambda t}\,\mathrm{tr}D(0)$ (theory, m = n)")  # fmt: skip
+    shape = sgf_shape
+    sigma = g["dynamics.sigma"].iloc[0]
+    t6 = theory.sgf_mean_balance_trace(
+        np.float64(m["mean"].iloc[0]), key[1], key[0], sigma, *shape, t.astype(np.float64)
+    )
+    ax.plot(t, np.asarray(t6), "k--", lw=1.3,
+            label=r"T6: $e^{-2\eta\lambda t}\mathrm{tr}D(0)+r\eta\sigma^2(m-n)"
+            r"\frac{1-e^{-2\eta\lambda t}}{2\lambda}$")  # fmt: skip
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set(xlabel=T, ylabel=r"$\mathrm{tr}(A^\top A-B^\top B)$")
-    sigma = g["dynamics.sigma"].iloc[0]
-    ax.set_title(f"(f) stochastic GF: mean against T6, η = {key[1]:g}, λ = {key[0]:g}, "
-                 f"σ = {sigma:g}", fontsize="medium")  # fmt: skip
+    ax.set_title(f"(f) stochastic GF, m = {shape[0]}, n = {shape[1]}: mean against T6, "
+                 f"η = {key[1]:g}, λ = {key[0]:g}, σ = {sigma:g}", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
     return _finish(
         fig,
         axes,
-        "Balancing of W = ABᵀ's factors under each dynamics: matrix sensing 8×8, rank 2, "
-        "r = 4, imbalanced start ‖D(0)‖_F = 1, float64",
+        "Balancing of W = ABᵀ's factors under each dynamics: matrix sensing, rank 2, "
+        "imbalanced start ‖D(0)‖_F = 1, float64",
         out_path,
     )
 
@@ -381,9 +376,10 @@ def floor_figure(
     exponents: Sequence[float],
     out_path: str | Path | None = None,
 ) -> Figure:
-    """(a) ‖D‖_F per path against t at one point, its RMS floor and the predicted one
-    dashed; (b) floor RMS against σ per (η, λ), prediction dashed; (c) measured against
-    predicted over the grid, the identity dashed."""
+    """T6's stationary floor: (a) ‖D‖_F per path against t at one point, its RMS floor and
+    the predicted one dashed; (b) floor RMS against σ per shape and (η, λ), prediction
+    dashed; (c) measured against predicted over the grid, the identity dashed, and at
+    m ≠ n the m = n formula (the (m − n) E tr D term dropped) as crosses."""
     fig = Figure(figsize=(18, 5), layout="constrained")
     axes = fig.subplots(1, 3)
     ax = axes[0]
@@ -392,55 +388,66 @@ def floor_figure(
         np.isclose(df["dynamics.sigma"], key["dynamics.sigma"])
         & np.isclose(df["dynamics.eta"], key["dynamics.eta"])
         & np.isclose(df["dynamics.lam"], key["dynamics.lam"])
+        & (df["problem.m"] == key["problem.m"])
+        & (df["problem.n"] == key["problem.n"])
     ]
     for p, gp in g.groupby("path"):
         ax.plot(gp["t"], _positive(gp["balance_gap"]), color="C2", lw=0.6, alpha=0.4,
                 label="single paths" if p == 0 else None)  # fmt: skip
     ax.axhline(key["floor_rms"], color="C2", lw=2.5, label="measured RMS floor (second half)")
     ax.axhline(key["predicted_rms"], color="k", ls="--", lw=1.3,
-               label=r"$\sqrt{\eta\sigma^2(r+1)E[\|A\|^2+\|B\|^2]/2\lambda}$ (theory)")  # fmt: skip
+               label="RMS of T6's floor (theory)")  # fmt: skip
     ax.axvline(df["t"].max() / 2, color="0.5", ls=":", lw=1, label="floor measured right of this")
     ax.set_yscale("log")
     # The start is balanced (‖D(0)‖ = 0 to rounding): keep the axis on the floor.
     ax.set_ylim(bottom=key["floor_rms"] / 30, top=key["floor_rms"] * 10)
     ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
-    ax.set_title(f"(a) σ = {key['dynamics.sigma']:g}, η = {key['dynamics.eta']:g}, "
+    ax.set_title(f"(a) m×n = {int(key['problem.m'])}×{int(key['problem.n'])}, σ = "
+                 f"{key['dynamics.sigma']:g}, η = {key['dynamics.eta']:g}, "
                  f"λ = {key['dynamics.lam']:g}", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
 
     ax = axes[1]
-    groups = list(floor.groupby(["dynamics.eta", "dynamics.lam"]))
-    for ((eta, lam), g), color in zip(groups, _viridis(len(groups))):
+    groups = list(floor.groupby(["problem.m", "problem.n", "dynamics.eta", "dynamics.lam"]))
+    for ((m, n, eta, lam), g), color in zip(groups, _viridis(len(groups))):
         g = g.sort_values("dynamics.sigma")
         ax.errorbar(g["dynamics.sigma"], g["floor_rms"],
-                    yerr=0.5 * g["ratio_se"] / g["ratio"] * g["floor_rms"], fmt="o", mfc="none",
-                    ms=8, color=color, capsize=3, label=f"η = {eta:g}, λ = {lam:g}")  # fmt: skip
+                    yerr=0.5 * g["ratio_se"] / g["ratio"] * g["floor_rms"],
+                    fmt="o" if m == n else "s", mfc="none", ms=8, color=color, capsize=3,
+                    label=f"{m}×{n}, η = {eta:g}, λ = {lam:g}")  # fmt: skip
         ax.plot(g["dynamics.sigma"], g["predicted_rms"], color=color, ls="--", lw=1.2)
     ax.plot([], [], "k--", label="prediction (theory)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set(xlabel=LABELS["dynamics.sigma"], ylabel=r"floor of $\|D\|_F$ (RMS, log scale)")
     a, b, c = exponents
-    ax.set_title(f"(b) fitted floor ∝ σ^{a:.2f} η^{b:.2f} λ^{c:.2f}", fontsize="medium")
+    ax.set_title(f"(b) fitted floor (m = n) ∝ σ^{a:.2f} η^{b:.2f} λ^{c:.2f}", fontsize="medium")
     ax.legend(fontsize="small")
 
     ax = axes[2]
-    lo = min(floor["predicted_rms"].min(), floor["floor_rms"].min()) / 1.5
+    first_rms = np.sqrt(floor["floor_ms"] / floor["first_term_ratio"])
+    lo = min(floor["predicted_rms"].min(), floor["floor_rms"].min(), first_rms.min()) / 1.5
     hi = max(floor["predicted_rms"].max(), floor["floor_rms"].max()) * 1.5
     ax.plot([lo, hi], [lo, hi], "k--", lw=1.2, label="measured = predicted")
-    ax.plot(floor["predicted_rms"], floor["floor_rms"], "o", mfc="none", ms=8, color="C2",
-            label=f"{len(floor)} (σ, η, λ) points")  # fmt: skip
+    for (m, n), g in floor.groupby(["problem.m", "problem.n"]):
+        ax.plot(g["predicted_rms"], g["floor_rms"], "o" if m == n else "s", mfc="none", ms=8,
+                color="C2" if m == n else "C1",
+                label=f"T6, {m}×{n}: {len(g)} (σ, η, λ) points")  # fmt: skip
+        if m != n:
+            ax.plot(first_rms[g.index], g["floor_rms"], "x", ms=7, color="0.4",
+                    label=f"{m}×{n} against the m = n formula")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set(xlabel=r"predicted RMS $\sqrt{\eta\sigma^2(r+1)E[\|A\|^2+\|B\|^2]/2\lambda}$",
+    ax.set(xlabel=r"predicted RMS $\sqrt{\eta\sigma^2[(r+1)E(\|A\|^2+\|B\|^2)"
+                  r"+(m-n)E\,\mathrm{tr}\,D]/2\lambda}$",
            ylabel="measured RMS floor")  # fmt: skip
     ax.set_title("(c) measured against predicted", fontsize="medium")
     ax.legend(fontsize="small")
     return _finish(
         fig,
         axes,
-        "Stochastic gradient flow, m = n: the balance gap settles at a floor "
-        f"({int(floor['paths'].iloc[0])} paths per point, fixed-step ShARK, float64)",
+        "Stochastic gradient flow: the balance gap settles at T6's floor, m = n and m ≠ n "
+        f"({int(floor['paths'].min())}+ paths per point, fixed-step ShARK, float64)",
         out_path,
     )
 

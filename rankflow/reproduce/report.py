@@ -54,11 +54,15 @@ def render(
         "",
         "How to read this: each row is one statement of THEORY.md (labels T1–T8) or of the "
         "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
-        "the experiment found, *tolerance* the test that decides the *verdict*, chosen from "
-        "the theory (rounding in float64 for exact identities, Monte Carlo standard errors for "
-        "expectations, the known discretisation order for optimizers) so that a wrong formula "
-        "fails it. *Observation* marks what the theory does not predict exactly (AdamW, "
-        "noise floors): it is measured and shown, never counted as a pass. Tables are in "
+        "the experiment found, *tolerance* the test that decides the *verdict* and where it "
+        "comes from (float64 rounding for exact identities, a fit's own error for rates, "
+        "Monte Carlo standard errors for expectations, the O(ηλ) bracket of GD, a stated "
+        "margin for empirical claims). Every claim that can pass has a *mutant* in rankflow's "
+        "tests: the same check on data of a plausible wrong theory or implementation (a wrong "
+        "rate, a missing factor, a flipped sign, a wrong noise model, no momentum, pure "
+        "shrinkage, random heads) gives `fail`. *Observation* marks what the theory does not "
+        "predict (AdamW's rate, the attention ablation) or what cannot fail (a closed-form "
+        "contrast): it is measured and shown, never counted as a pass. Tables are in "
         "`tables/`, figures in `figures/`, the raw runs in `runs/`.",
         "",
         "| # | claim | source | verdict |",
