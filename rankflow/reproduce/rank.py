@@ -41,36 +41,6 @@ def validate(mode: str) -> None:
         sweep_config(name, mode)
 
 
-def quadratic_form(problem):
-    """``data ↦ (H, g)``: the (constant) Hessian and the gradient at 0 of a quadratic
-    loss in ``vec W``, one compiled program per problem structure."""
-    m, n = problem.shape
-
-    def hg(data):
-        w0 = jnp.zeros(m * n, jnp.float64)
-
-        def loss(w):
-            return problem.loss(jnp.reshape(w, (m, n)), data)
-
-        return jax.hessian(loss)(w0), jax.grad(loss)(w0)
-
-    return jax.jit(hg)
-
-
-def ridge_minimisers(H: np.ndarray, g: np.ndarray, lams, shape) -> list[np.ndarray]:
-    """argmin ``L(W) + (λ/2)‖W‖_F²`` for each λ, ``L(w) = ½wᵀHw + gᵀw + c``:
-    ``w = −(H + λI)⁻¹g`` from one eigendecomposition of H (at λ = 0 the least-squares
-    solution, eigenvalues below 1e-12 of the largest left out)."""
-    evals, Q = np.linalg.eigh(H)
-    gq = Q.T @ g
-    out = []
-    for lam in lams:
-        d = evals + lam
-        inv = np.where(d > 1e-12 * evals.max(), 1.0 / np.where(d > 0, d, 1.0), 0.0)
-        out.append(np.reshape(-(Q @ (inv * gq)), shape))
-    return out
-
-
 def solutions(cfg, df: pd.DataFrame, problem_name: str) -> pd.DataFrame:
     """One row per (run, solution): the singular values and numerical rank of the
     factorised run at its last save, of the nuclear-norm and of the ridge minimiser."""
@@ -81,7 +51,7 @@ def solutions(cfg, df: pd.DataFrame, problem_name: str) -> pd.DataFrame:
     rows = []
     with jax.enable_x64(True):
         problem = program_for(points[0]).problem
-        hg = quadratic_form(problem)
+        hg = theory.quadratic_form(problem)
         prox = jax.jit(
             lambda data, lam: theory.nuclear_minimiser(problem, data, lam, max_iters=20_000)
         )
@@ -93,7 +63,7 @@ def solutions(cfg, df: pd.DataFrame, problem_name: str) -> pd.DataFrame:
             data = program_for(points[members[0]]).data(params_of(points[members[0]], 0))
             H, g = (np.asarray(x, np.float64) for x in hg(data))
             lams = [points[i]["dynamics"]["lam"] for i in members]
-            ridges = ridge_minimisers(H, g, lams, problem.shape)
+            ridges = theory.ridge_minimisers(H, g, lams, problem.shape)
             for i, lam, ridge in zip(members, lams, ridges):
                 point = points[i]
                 if lam > 0:

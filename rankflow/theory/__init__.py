@@ -1,0 +1,95 @@
+# ruff: noqa: F401
+"""The exact predictions of THEORY.md, one place per result.
+
+Everything here is a pure, jittable function of ``jax.numpy`` arrays that keeps the
+dtype of its main array argument (scalars ``eta``, ``lam``, ``t`` … are cast to it),
+except the rate fitting of T8, which is numpy post-processing of results tables.
+Time ``t`` is in optimizer steps: every flow carries the learning rate η inside, so one
+GD step is one Euler step of size 1 (THEORY.md, "Setting and conventions").
+
+Where each item of THEORY.md lives:
+
+- setting: :func:`balance` (``D = AᵀA − BᵀB``), :func:`l2_penalty`
+  (``½(‖A‖_F² + ‖B‖_F²)``), :func:`nuclear_norm` (``‖W‖_*``).
+- T1, ``½(‖A‖² + ‖B‖²) − ‖ABᵀ‖_* ≥ 0``, zero iff balanced: :func:`t1_gap`.
+- T2, ``t1_gap ≤ ½‖AᵀA − BᵀB‖_*``: :func:`t2_bound`.
+- T3, the minimiser of ``L(W) + λ‖W‖_*`` for convex L: :func:`svt`,
+  :func:`prox_gradient`, :func:`nuclear_minimiser`, :func:`lipschitz_constant`; the
+  plain-L2 contrast: :func:`quadratic_form`, :func:`ridge_minimisers`.
+- T4, GF: ``D(t) = e^{−2ηλt} D(0)`` and ``L_L2 − L_* ≤ (λ/2)e^{−2ηλt}‖D(0)‖_*``:
+  :func:`gf_balance`, :func:`gf_balance_gap`, :func:`gf_loss_gap_bound`,
+  :func:`gf_contraction`, :func:`gf_balance_rate`.
+- T5, GD: ``D_{k+1} = (1−ηλ)² D_k + η²(BᵀGᵀGB − AᵀGGᵀA)``: :func:`gd_balance_step`,
+  :func:`gd_contraction`, :func:`gd_balance_rate`; the late rate near a balanced
+  minimum: :func:`gd_rate_bracket`.
+- T6, SGF: ``E[D(t)]`` in closed form: :func:`sgf_mean_balance`,
+  :func:`sgf_mean_balance_trace`; the stationary ``E‖D‖_F²``: :func:`sgf_floor`.
+- T7, decoupled momentum flow, ``dD/dt`` and ``dE/dt``: :func:`momentum_balance_rates`;
+  the late rate near a balanced minimum: :func:`momentum_orbit_rate`.
+- T8, rates and orders measured from simulations: :func:`fit_rate`,
+  :func:`convergence_order`.
+"""
+
+from __future__ import annotations
+
+from ._balance import MomentumBalanceRates as MomentumBalanceRates
+from ._balance import gd_balance_rate as gd_balance_rate
+from ._balance import gd_balance_step as gd_balance_step
+from ._balance import gd_contraction as gd_contraction
+from ._balance import gd_rate_bracket as gd_rate_bracket
+from ._balance import gf_balance as gf_balance
+from ._balance import gf_balance_gap as gf_balance_gap
+from ._balance import gf_balance_rate as gf_balance_rate
+from ._balance import gf_contraction as gf_contraction
+from ._balance import gf_loss_gap_bound as gf_loss_gap_bound
+from ._balance import momentum_balance_rates as momentum_balance_rates
+from ._balance import momentum_orbit_rate as momentum_orbit_rate
+from ._balance import sgf_floor as sgf_floor
+from ._balance import sgf_mean_balance as sgf_mean_balance
+from ._balance import sgf_mean_balance_trace as sgf_mean_balance_trace
+from ._common import balance as balance
+from ._common import l2_penalty as l2_penalty
+from ._common import nuclear_norm as nuclear_norm
+from ._fit import convergence_order as convergence_order
+from ._fit import fit_rate as fit_rate
+from ._nuclear import ProxGradientResult as ProxGradientResult
+from ._nuclear import lipschitz_constant as lipschitz_constant
+from ._nuclear import nuclear_minimiser as nuclear_minimiser
+from ._nuclear import prox_gradient as prox_gradient
+from ._nuclear import quadratic_form as quadratic_form
+from ._nuclear import ridge_minimisers as ridge_minimisers
+from ._nuclear import svt as svt
+from ._nuclear import t1_gap as t1_gap
+from ._nuclear import t2_bound as t2_bound
+
+__all__ = [
+    "MomentumBalanceRates",
+    "ProxGradientResult",
+    "balance",
+    "convergence_order",
+    "fit_rate",
+    "gd_balance_rate",
+    "gd_balance_step",
+    "gd_contraction",
+    "gd_rate_bracket",
+    "gf_balance",
+    "gf_balance_gap",
+    "gf_balance_rate",
+    "gf_contraction",
+    "gf_loss_gap_bound",
+    "l2_penalty",
+    "lipschitz_constant",
+    "momentum_balance_rates",
+    "momentum_orbit_rate",
+    "nuclear_minimiser",
+    "nuclear_norm",
+    "prox_gradient",
+    "quadratic_form",
+    "ridge_minimisers",
+    "sgf_floor",
+    "sgf_mean_balance",
+    "sgf_mean_balance_trace",
+    "svt",
+    "t1_gap",
+    "t2_bound",
+]

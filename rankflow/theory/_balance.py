@@ -1,0 +1,254 @@
+# ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
+"""T4–T7: the balance D = AᵀA − BᵀB under gradient flow, GD, the stochastic flow and
+the momentum flow."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ._common import Scalar, balance, decay_factor, float_dtype, outer_scale
+
+# --- T4: gradient flow -------------------------------------------------------------------
+
+
+def gf_balance(
+    D0: Float[Array, "r r"], eta: Scalar, lam: Scalar, t: Float[ArrayLike, "*T"]
+) -> Float[Array, "*T r r"]:
+    """T4: ``D(t) = e^{−2ηλt} D(0)`` under gradient flow, for any loss.
+
+    ``t`` in steps, scalar or any shape (the result has shape ``t.shape + (r, r)``).
+    """
+    D0 = jnp.asarray(D0)
+    return outer_scale(decay_factor(eta, lam, t, D0.dtype), D0)
+
+
+def gf_balance_gap(
+    gap0: Float[ArrayLike, "*S"], eta: Scalar, lam: Scalar, t: Float[ArrayLike, "*T"]
+) -> Float[Array, "*T *S"]:
+    """T4: ``‖D(t)‖ = e^{−2ηλt}‖D(0)‖`` (any norm of D, e.g. ``balance_gap``, or
+    ``balance_trace``). Shape ``t.shape + gap0.shape``."""
+    gap0 = jnp.asarray(gap0, float_dtype(gap0))
+    return outer_scale(decay_factor(eta, lam, t, gap0.dtype), gap0)
+
+
+def gf_loss_gap_bound(
+    D0_nuclear: Float[ArrayLike, ""], eta: Scalar, lam: Scalar, t: Float[ArrayLike, "*T"]
+) -> Float[Array, "*T"]:
+    """T4 with T2: ``0 ≤ L_L2 − L_* ≤ (λ/2) e^{−2ηλt} ‖D(0)‖_*`` under gradient flow.
+
+    ``D0_nuclear`` is ``‖D(0)‖_*`` (the ``balance_nuclear`` column at t = 0); the
+    result is in loss units (λ included), shape ``t.shape``.
+    """
+    D0_nuclear = jnp.asarray(D0_nuclear, float_dtype(D0_nuclear))
+    dtype = D0_nuclear.dtype
+    return 0.5 * jnp.asarray(lam, dtype) * decay_factor(eta, lam, t, dtype) * D0_nuclear
+
+
+def gf_contraction(eta: Scalar, lam: Scalar) -> Float[Array, ""]:
+    """T4: ``e^{−2ηλ}``, the factor by which GF contracts D in one step of time."""
+    return jnp.exp(-2.0 * jnp.asarray(eta) * jnp.asarray(lam))
+
+
+def gf_balance_rate(eta: Scalar, lam: Scalar) -> Float[Array, ""]:
+    """T4: ``2ηλ``, the exponential rate (per step) at which ``‖D‖`` decays under GF.
+
+    Compare with :func:`fit_rate` of a ``balance_gap`` column.
+    """
+    return 2.0 * jnp.asarray(eta) * jnp.asarray(lam)
+
+
+# --- T5: gradient descent ----------------------------------------------------------------
+
+
+def gd_balance_step(
+    A: Float[Array, "m r"],
+    B: Float[Array, "n r"],
+    G: Float[Array, "m n"],
+    eta: Scalar,
+    lam: Scalar,
+) -> Float[Array, "r r"]:
+    """T5: the balance after one GD step ``θ ← θ − η(∇L + λθ)`` from ``(A, B)``, exactly.
+
+    ``D_{k+1} = (1−ηλ)² D_k + η² (Bᵀ Gᵀ G B − Aᵀ G Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``
+    (m×n), ``D_k = AᵀA − BᵀB``.
+    """
+    dtype = float_dtype(A)
+    eta, lam = jnp.asarray(eta, dtype), jnp.asarray(lam, dtype)
+    GB = G @ B
+    GtA = G.T @ A
+    return (1.0 - eta * lam) ** 2 * balance(A, B) + eta**2 * (GB.T @ GB - GtA.T @ GtA)
+
+
+def gd_contraction(eta: Scalar, lam: Scalar) -> Float[Array, ""]:
+    """T5: ``(1 − ηλ)²``, the per-step contraction of D under GD up to the O(η²) term;
+    ``gf_contraction(eta, lam) + O(η²)``."""
+    return (1.0 - jnp.asarray(eta) * jnp.asarray(lam)) ** 2
+
+
+def gd_balance_rate(eta: Scalar, lam: Scalar) -> Float[Array, ""]:
+    """T5: ``−log (1 − ηλ)²``, the per-step exponential rate of the leading term of T5
+    (``2ηλ + O((ηλ)²)``); infinite at ``ηλ = 1``."""
+    return -2.0 * jnp.log(jnp.abs(1.0 - jnp.asarray(eta) * jnp.asarray(lam)))
+
+
+def gd_rate_bracket(eta: ArrayLike, lam: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """T5 *(derived)*: the bracket of GD's late balancing rate, over ``2ηλ``.
+
+    Near a balanced minimum the η² term of T5 is ``−η²g²D`` along each direction, with
+    ``0 ≤ g² ≤ λ²`` (at a minimum ``GB = −λA`` and ``GᵀA = −λB``, so a direction moving
+    along the symmetry orbit ``(AM, BM⁻ᵀ)`` has ``g = λ``; one with residual ``|g| < λ``
+    less). The per-step contraction therefore lies between ``1 − 2ηλ`` and ``(1 − ηλ)²``,
+    and the rate ``−log(contraction)`` between ``−log(1−ηλ)²`` and ``−log(1−2ηλ)``.
+
+    Returns ``(low, high)``: both divided by ``2ηλ`` (numpy; both ``1 + O(ηλ)``, so the
+    gradient-flow ratio 1 lies below ``low`` once ηλ is not small).
+    """
+    x = np.asarray(eta, np.float64) * np.asarray(lam, np.float64)
+    return -np.log((1.0 - x) ** 2) / (2 * x), -np.log(1.0 - 2 * x) / (2 * x)
+
+
+# --- T6: stochastic gradient flow ---------------------------------------------------------
+
+
+def _sgf_drift_integral(eta, lam, t, dtype):
+    """``∫_0^t e^{−2ηλ(t−s)} ds = (1 − e^{−2ηλt})/(2ηλ)``, equal to t at λ = 0.
+
+    Written as ``t·φ(2ηλt)`` with ``φ(x) = −expm1(−x)/x``; for ``|x| < 10⁻³`` its Taylor
+    series ``1 − x/2 + x²/6 − x³/24`` instead, so that value and derivatives are right
+    and NaN-free at and near λ = 0.
+    """
+    eta, lam, t = (jnp.asarray(x, dtype) for x in (eta, lam, t))
+    x = 2.0 * eta * lam * t
+    small = jnp.abs(x) < 1e-3
+    safe_x = jnp.where(small, 1.0, x)
+    series = 1.0 - x / 2.0 + x**2 / 6.0 - x**3 / 24.0
+    phi = jnp.where(small, series, -jnp.expm1(-safe_x) / safe_x)
+    return t * phi
+
+
+def sgf_mean_balance(
+    D0: Float[Array, "r r"],
+    eta: Scalar,
+    lam: Scalar,
+    sigma: Scalar,
+    m: int,
+    n: int,
+    t: Float[ArrayLike, "*T"],
+) -> Float[Array, "*T r r"]:
+    """T6: ``E[D(t)]`` under the stochastic gradient flow ``dθ = −η(∇L + λθ)dt + ησ dW``.
+
+    ``E[D(t)] = e^{−2ηλt} D(0) + (ησ²(m−n)/(2λ)) (1 − e^{−2ηλt}) I_r`` for any loss,
+    with the limit ``D(0) + η²σ²(m−n) t I_r`` at λ = 0 (computed without NaN).
+    ``A`` is m×r and ``B`` n×r; ``t`` in steps, any shape (result ``t.shape + (r, r)``).
+    """
+    D0 = jnp.asarray(D0)
+    dtype = D0.dtype
+    eta_, sigma_ = jnp.asarray(eta, dtype), jnp.asarray(sigma, dtype)
+    drive = eta_**2 * sigma_**2 * jnp.asarray(m - n, dtype)
+    floor = drive * _sgf_drift_integral(eta, lam, t, dtype)
+    identity = jnp.eye(D0.shape[-1], dtype=dtype)
+    return gf_balance(D0, eta, lam, t) + outer_scale(floor, identity)
+
+
+def sgf_mean_balance_trace(
+    trace0: Float[ArrayLike, ""],
+    eta: Scalar,
+    lam: Scalar,
+    sigma: Scalar,
+    m: int,
+    n: int,
+    r: int,
+    t: Float[ArrayLike, "*T"],
+) -> Float[Array, "*T"]:
+    """T6: ``E[tr D(t)] = E[‖A‖_F² − ‖B‖_F²]`` (the ``balance_trace`` column), i.e.
+    ``e^{−2ηλt} tr D(0) + r (ησ²(m−n)/(2λ)) (1 − e^{−2ηλt})``; shape ``t.shape``."""
+    trace0 = jnp.asarray(trace0, float_dtype(trace0))
+    dtype = trace0.dtype
+    eta_, sigma_ = jnp.asarray(eta, dtype), jnp.asarray(sigma, dtype)
+    drive = eta_**2 * sigma_**2 * jnp.asarray((m - n) * r, dtype)
+    return decay_factor(eta, lam, t, dtype) * trace0 + drive * _sgf_drift_integral(
+        eta, lam, t, dtype
+    )
+
+
+def sgf_floor(
+    eta: ArrayLike,
+    sigma: ArrayLike,
+    lam: ArrayLike,
+    r: int,
+    m: int,
+    n: int,
+    size: ArrayLike,
+    trace: ArrayLike,
+) -> np.ndarray:
+    """T6 *(derived, Itô)*: the stationary ``E‖D‖_F²`` of the stochastic gradient flow
+    (parameter noise), ``ησ²[(r+1)·size + (m − n)·trace]/(2λ)``.
+
+    ``size`` is ``E[‖A‖_F² + ‖B‖_F²]`` and ``trace`` is ``E[tr D]`` at stationarity
+    (both measured); for ``m = n`` the second term vanishes. From Itô's formula for
+    ``‖D‖_F²``: ``d E‖D‖² = (−4ηλE‖D‖² + 2η²σ²[(r+1)E(‖A‖²+‖B‖²) + (m−n)E tr D])dt``.
+    Numpy, any broadcastable shapes.
+    """
+    eta, sigma, lam = (np.asarray(x, np.float64) for x in (eta, sigma, lam))
+    size, trace = np.asarray(size, np.float64), np.asarray(trace, np.float64)
+    return eta * sigma**2 * ((r + 1) * size + (m - n) * trace) / (2 * lam)
+
+
+# --- T7: momentum flow, decoupled decay ---------------------------------------------------
+
+
+class MomentumBalanceRates(NamedTuple):
+    """The T7 quantities at one state of the decoupled momentum flow (all r×r)."""
+
+    D: Float[Array, "r r"]  # AᵀA − BᵀB
+    E: Float[Array, "r r"]  # M_AᵀA + AᵀM_A − M_BᵀB − BᵀM_B
+    F: Float[Array, "r r"]  # M_AᵀM_A − M_BᵀM_B
+    dD_dt: Float[Array, "r r"]  # −2ηλ D − η E
+    dE_dt: Float[Array, "r r"]  # −(μ + ηλ) E − 2η F
+
+
+def momentum_balance_rates(
+    A: Float[Array, "m r"],
+    B: Float[Array, "n r"],
+    M_A: Float[Array, "m r"],
+    M_B: Float[Array, "n r"],
+    eta: Scalar,
+    lam: Scalar,
+    mu: Scalar,
+) -> MomentumBalanceRates:
+    """T7: D, E, F and their exact time derivatives (per step) under the decoupled
+    momentum flow ``dM/dt = μ(∇L − M)``, ``dθ/dt = −η(M + λθ)``, for any loss.
+
+    ``dD/dt = −2ηλ D − η E`` and ``dE/dt = −(μ + ηλ) E − 2η F`` (F has no closed
+    equation). ``M_A``, ``M_B`` are the momenta of A and B.
+    """
+    dtype = float_dtype(A)
+    eta, lam, mu = (jnp.asarray(x, dtype) for x in (eta, lam, mu))
+    D = balance(A, B)
+    MA_A = M_A.T @ A
+    MB_B = M_B.T @ B
+    E = MA_A + MA_A.T - MB_B - MB_B.T
+    F = balance(M_A, M_B)
+    dD_dt = -2.0 * eta * lam * D - eta * E
+    dE_dt = -(mu + eta * lam) * E - 2.0 * eta * F
+    return MomentumBalanceRates(D, E, F, dD_dt, dE_dt)
+
+
+def momentum_orbit_rate(eta: ArrayLike, lam: ArrayLike, mu: ArrayLike) -> np.ndarray:
+    """T7 *(derived)*: the late balancing rate of the decoupled momentum flow near a
+    balanced minimum, over ``2ηλ``.
+
+    Linearised along the symmetry orbit ``(AM, BM⁻ᵀ)`` (the only direction in which D
+    moves at first order without changing W; there ``GB = −λA``), the orbit coordinate
+    δ and its momentum m obey ``δ' = −η(m + λδ)``, ``m' = μ(λδ − m)``; D decays at the
+    slow root of that 2×2 system, ``2ηλ·[(1+x) − √((1+x)² − 8x)]/(4x)`` with
+    ``x = ηλ/μ``, i.e. ``2ηλ(1 + x + O(x²))`` (the real part where the roots are
+    complex). Numpy, broadcasting.
+    """
+    x = np.asarray(eta, np.float64) * np.asarray(lam, np.float64) / np.asarray(mu, np.float64)
+    disc = (1 + x) ** 2 - 8 * x
+    return ((1 + x) - np.sqrt(np.maximum(disc, 0.0))) / (4 * x)

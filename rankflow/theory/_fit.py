@@ -1,0 +1,73 @@
+# ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
+"""T8 (and T4–T7 measured): rates and orders fitted to simulations; numpy post-processing."""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxtyping import ArrayLike
+
+# --- T8: rates and orders from simulations (numpy post-processing) -------------------------
+
+
+def _ols_slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares slope of y against x and its standard error (NaN for 2 points)."""
+    k = x.size
+    if k < 2:
+        raise ValueError(f"need at least 2 usable points to fit a slope, got {k}")
+    xc = x - x.mean()
+    sxx = float(np.sum(xc**2))
+    if sxx == 0.0:
+        raise ValueError("cannot fit a slope: all abscissae are equal")
+    slope = float(np.sum(xc * (y - y.mean())) / sxx)
+    if k == 2:
+        return slope, float("nan")
+    residuals = y - y.mean() - slope * xc
+    return slope, float(np.sqrt(np.sum(residuals**2) / (k - 2) / sxx))
+
+
+def fit_rate(
+    t: ArrayLike,
+    y: ArrayLike,
+    *,
+    t_min: float | None = None,
+    t_max: float | None = None,
+) -> tuple[float, float]:
+    """T8 (and T4–T7 measured): the exponential decay rate of ``y(t) ≈ e^{a − rate·t}``.
+
+    Least squares of ``log y`` on ``t`` over the points with ``t_min ≤ t ≤ t_max`` and
+    finite ``y > 0`` (others are dropped). ``t`` in steps, so the rate is per step
+    (compare with :func:`gf_balance_rate`). Not jittable: numpy post-processing;
+    accepts numpy or jax arrays.
+
+    Returns:
+      ``(rate, stderr)`` as Python floats; ``stderr`` is the standard error of the slope
+      from the residuals (NaN with only two points).
+    """
+    t = np.asarray(t, np.float64).ravel()
+    y = np.asarray(y, np.float64).ravel()
+    if t.shape != y.shape:
+        raise ValueError(f"fit_rate: t and y differ in size: {t.size} vs {y.size}")
+    keep = np.isfinite(t) & np.isfinite(y) & (y > 0)
+    if t_min is not None:
+        keep &= t >= t_min
+    if t_max is not None:
+        keep &= t <= t_max
+    slope, stderr = _ols_slope(t[keep], np.log(y[keep]))
+    return -slope, stderr
+
+
+def convergence_order(h: ArrayLike, err: ArrayLike) -> tuple[float, float]:
+    """T8: the order p of ``err ≈ C hᵖ``: least-squares slope of ``log err`` on ``log h``.
+
+    Points with non-finite or non-positive h or err are dropped. For GD against GF
+    (T8), h is η (at a fixed horizon ηk) and p should be 1.
+
+    Returns:
+      ``(order, stderr)`` as Python floats (stderr NaN with only two points).
+    """
+    h = np.asarray(h, np.float64).ravel()
+    err = np.asarray(err, np.float64).ravel()
+    if h.shape != err.shape:
+        raise ValueError(f"convergence_order: h and err differ in size: {h.size} vs {err.size}")
+    keep = np.isfinite(h) & np.isfinite(err) & (h > 0) & (err > 0)
+    return _ols_slope(np.log(h[keep]), np.log(err[keep]))
