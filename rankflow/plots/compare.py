@@ -62,13 +62,24 @@ def compare_trajectory_figure(df: pd.DataFrame, out_path: str | Path | None = No
         the T4 law ``gap(0)·e^{−2ηλt}`` that the gradient flow obeys exactly (dashed).
     """
     df = df.reset_index(drop=True)
+    fig = Figure(figsize=(13, 4.8), layout="constrained")
+    ax_a, ax_b = fig.subplots(1, 2)
+    _distance_panel(ax_a, df)
+    _gap_panel(ax_b, df)
+    for ax in (ax_a, ax_b):
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle("Discrete optimizer against its flow: " + _compare_setting(df))
+    if out_path is not None:
+        save_figure(fig, out_path)
+    return fig
+
+
+def _distance_panel(ax_a, df: pd.DataFrame) -> None:
+    """(a) of the trajectory figure: optimizer–flow distance (and Monte Carlo floor)."""
     s = df.iloc[0]
     t = df["t"].to_numpy(float)
     stochastic = s["measure"] != "paths"
     opt, flow = _dyn_name(s["dynamics.kind"]), _dyn_name(s["flow.kind"])
-    fig = Figure(figsize=(13, 4.8), layout="constrained")
-    ax_a, ax_b = fig.subplots(1, 2)
-
     of_means = " of the means over paths" if stochastic else ""
     ax_a.plot(
         t,
@@ -104,6 +115,13 @@ def compare_trajectory_figure(df: pd.DataFrame, out_path: str | Path | None = No
     ax_a.set_title(f"(a) {which}", fontsize="medium")
     ax_a.legend(fontsize="small")
 
+
+def _gap_panel(ax_b, df: pd.DataFrame) -> None:
+    """(b) of the trajectory figure: the balance gap of both, T4 for GD's flow."""
+    s = df.iloc[0]
+    t = df["t"].to_numpy(float)
+    stochastic = s["measure"] != "paths"
+    opt, flow = _dyn_name(s["dynamics.kind"]), _dyn_name(s["flow.kind"])
     mean = " (mean over paths)" if stochastic else ""
     gap_o = mask_log(df["optimizer.balance_gap"], True)
     gap_f = mask_log(df["flow.balance_gap"], True)
@@ -127,12 +145,6 @@ def compare_trajectory_figure(df: pd.DataFrame, out_path: str | Path | None = No
     ax_b.set(xlabel=axis_label("t"), ylabel=axis_label("balance_gap") + " (log scale)")
     ax_b.set_title("(b) balancing of the factors", fontsize="medium")
     ax_b.legend(fontsize="small")
-    for ax in (ax_a, ax_b):
-        ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle("Discrete optimizer against its flow: " + _compare_setting(df))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
 
 
 def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:

@@ -62,89 +62,9 @@ def inspect_scatter_figure(
     for row, pair in enumerate(pairs):
         for col, (layer, unit, index) in enumerate(units):
             ax = axes[row, col]
-            sel = (
-                (grams["pair"] == pair)
-                & (grams["layer"] == layer)
-                & (grams["unit"] == unit)
-                & (grams["index"] == index)
-            )
-            g = grams[sel]
-            real, null = g[g["role"] == "pair"], g[g["role"] == "null"]
-            kind = "head" if unit == "head" else "group"
-            xl, yl = _GRAM_LABELS[(pair, kind)]
-            if len(null):
-                partner = int(null["b_index"].iloc[0])
-                ax.plot(
-                    null["gram_a"],
-                    null["gram_b"],
-                    ls="none",
-                    marker=".",
-                    ms=3,
-                    color="0.6",
-                    alpha=0.5,
-                    label=f"null: $B^\\top B$ of {kind} {partner}",
-                    zorder=1,
-                )
-            off, diag = real[~real["diagonal"]], real[real["diagonal"]]
-            ax.plot(
-                off["gram_a"],
-                off["gram_b"],
-                ls="none",
-                marker=".",
-                ms=3,
-                color="C0",
-                alpha=0.7,
-                label="off-diagonal entries",
-                zorder=2,
-            )
-            ax.plot(
-                diag["gram_a"],
-                diag["gram_b"],
-                ls="none",
-                marker="o",
-                ms=4,
-                mfc="none",
-                color="C3",
-                label="diagonal entries",
-                zorder=3,
-            )
-            vals = np.concatenate([g["gram_a"].to_numpy(float), g["gram_b"].to_numpy(float)])
-            vals = vals[np.isfinite(vals)]
-            lo, hi = (vals.min(), vals.max()) if vals.size else (0.0, 1.0)
-            pad = 0.05 * (hi - lo) if hi > lo else 1.0
-            lim = (lo - pad, hi + pad)
-            ax.plot(lim, lim, ls="--", color="k", lw=1, label="y = x (balanced)", zorder=4)
-            ax.set_xlim(lim)
-            ax.set_ylim(lim)
-            ax.set_aspect("equal", adjustable="box")
-            ax.set_xlabel(f"entries of {xl}  (A = {'W_Q' if pair == 'qk' else 'W_V'})")
-            ax.set_ylabel(f"entries of {yl}  (B = {'W_K' if pair == 'qk' else 'W_Oᵀ'})")
-            name = f"head {index}" if kind == "head" else f"key/value group {index}"
-            ax.set_title(f"layer {layer}, {name}: {_PAIR_TITLES[pair]}", fontsize="medium")
+            _scatter_cell(ax, grams, pair, layer, unit, index)
             if heads is not None:
-                h = heads[
-                    (heads["layer"] == layer)
-                    & (heads["pair"] == pair)
-                    & (heads["unit"] == unit)
-                    & ((heads["head"] if kind == "head" else heads["group"]) == index)
-                ]
-                if len(h):
-                    s = h.iloc[0]
-                    text = (
-                        f"r = {s['gram_corr']:.3f}, off-diag r = {s['gram_corr_offdiag']:.3f}\n"
-                        f"relative gap = {s['balance_gap_rel']:.3g}\n"
-                        f"null: off-diag r = {s['null_gram_corr_offdiag']:.3f}, "
-                        f"gap = {s['null_balance_gap_rel']:.3g}"
-                    )
-                    ax.text(
-                        0.03,
-                        0.97,
-                        text,
-                        transform=ax.transAxes,
-                        va="top",
-                        fontsize="small",
-                        bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9},
-                    )
+                _statistics_box(ax, heads, pair, layer, unit, index)
             ax.legend(fontsize="x-small", loc="lower right")
             ax.grid(True, alpha=0.3)
     head = "Gram entries of attention factors (balanced: on y = x)"
@@ -152,6 +72,97 @@ def inspect_scatter_figure(
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+def _scatter_cell(ax, grams: pd.DataFrame, pair: str, layer, unit, index) -> None:
+    """One head's (or group's) Gram entries, its null pairing and y = x, in one panel."""
+    sel = (
+        (grams["pair"] == pair)
+        & (grams["layer"] == layer)
+        & (grams["unit"] == unit)
+        & (grams["index"] == index)
+    )
+    g = grams[sel]
+    real, null = g[g["role"] == "pair"], g[g["role"] == "null"]
+    kind = "head" if unit == "head" else "group"
+    xl, yl = _GRAM_LABELS[(pair, kind)]
+    if len(null):
+        partner = int(null["b_index"].iloc[0])
+        ax.plot(
+            null["gram_a"],
+            null["gram_b"],
+            ls="none",
+            marker=".",
+            ms=3,
+            color="0.6",
+            alpha=0.5,
+            label=f"null: $B^\\top B$ of {kind} {partner}",
+            zorder=1,
+        )
+    off, diag = real[~real["diagonal"]], real[real["diagonal"]]
+    ax.plot(
+        off["gram_a"],
+        off["gram_b"],
+        ls="none",
+        marker=".",
+        ms=3,
+        color="C0",
+        alpha=0.7,
+        label="off-diagonal entries",
+        zorder=2,
+    )
+    ax.plot(
+        diag["gram_a"],
+        diag["gram_b"],
+        ls="none",
+        marker="o",
+        ms=4,
+        mfc="none",
+        color="C3",
+        label="diagonal entries",
+        zorder=3,
+    )
+    vals = np.concatenate([g["gram_a"].to_numpy(float), g["gram_b"].to_numpy(float)])
+    vals = vals[np.isfinite(vals)]
+    lo, hi = (vals.min(), vals.max()) if vals.size else (0.0, 1.0)
+    pad = 0.05 * (hi - lo) if hi > lo else 1.0
+    lim = (lo - pad, hi + pad)
+    ax.plot(lim, lim, ls="--", color="k", lw=1, label="y = x (balanced)", zorder=4)
+    ax.set_xlim(lim)
+    ax.set_ylim(lim)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel(f"entries of {xl}  (A = {'W_Q' if pair == 'qk' else 'W_V'})")
+    ax.set_ylabel(f"entries of {yl}  (B = {'W_K' if pair == 'qk' else 'W_Oᵀ'})")
+    name = f"head {index}" if kind == "head" else f"key/value group {index}"
+    ax.set_title(f"layer {layer}, {name}: {_PAIR_TITLES[pair]}", fontsize="medium")
+
+
+def _statistics_box(ax, heads: pd.DataFrame, pair: str, layer, unit, index) -> None:
+    """The panel's correlations and relative gaps (true and null), from the heads table."""
+    kind = "head" if unit == "head" else "group"
+    h = heads[
+        (heads["layer"] == layer)
+        & (heads["pair"] == pair)
+        & (heads["unit"] == unit)
+        & ((heads["head"] if kind == "head" else heads["group"]) == index)
+    ]
+    if len(h):
+        s = h.iloc[0]
+        text = (
+            f"r = {s['gram_corr']:.3f}, off-diag r = {s['gram_corr_offdiag']:.3f}\n"
+            f"relative gap = {s['balance_gap_rel']:.3g}\n"
+            f"null: off-diag r = {s['null_gram_corr_offdiag']:.3f}, "
+            f"gap = {s['null_balance_gap_rel']:.3g}"
+        )
+        ax.text(
+            0.03,
+            0.97,
+            text,
+            transform=ax.transAxes,
+            va="top",
+            fontsize="small",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "0.7", "alpha": 0.9},
+        )
 
 
 def inspect_layers_figure(
