@@ -29,8 +29,9 @@ tsit5 and the stochastic flow fixed-step ShARK with dt = 0.1.
 Options of the comparison itself are the keys of :data:`OPTIONS`, given as
 ``--set compare.KEY=VALUE``, ``overrides={"compare.KEY": value}``, or a ``[compare]``
 table of the config (a config with that table is for ``rankflow compare`` only).
-Tables (columns in :data:`COLUMNS`) are written as parquet and CSV, with one PNG per
-table (``rankflow.plots``), ``summary.md`` and ``config.json``.
+Tables (columns in :data:`COLUMNS`) are written as parquet and CSV, with ``summary.md``
+and ``config.json``; figures are the caller's (``rankflow compare`` passes
+``figures=rankflow.plots.write_compare_figures``: one PNG per table). Nothing here draws.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from . import config as config_lib
-from . import plots, theory
+from . import theory
 from .config import ConfigError
 from .simulate import PARAM_KEYS, STATUS, Program, params_of, program_for
 
@@ -194,14 +195,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "z",  # (mean − theory)/se
     ),
 }
-
-FIGURES = {
-    "trajectory": plots.compare_trajectory_figure,
-    "contraction": plots.compare_contraction_figure,
-    "order": plots.compare_order_figure,
-    "sde": plots.compare_sde_figure,
-}
-
 
 # --- running ----------------------------------------------------------------------------
 
@@ -453,6 +446,7 @@ def compare(
     out: str | Path | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
+    figures: Callable[[Mapping[str, pd.DataFrame], Path], Any] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Run a discrete optimizer and its flow on the same problem, start and
     hyperparameters, and measure how they differ (module docstring, THEORY.md T4–T6, T8).
@@ -461,9 +455,12 @@ def compare(
       config: a TOML path or nested dict naming a discrete optimizer with a flow
         counterpart (``dynamics.kind`` in ``config.FLOW_OF``), without a ``[sweep]``;
         an optional ``[compare]`` table sets :data:`OPTIONS`.
-      out: a directory to write the tables (``NAME.parquet``, ``NAME.csv``), figures
-        (``NAME.png``), ``summary.md`` and ``config.json`` into.
+      out: a directory to write the tables (``NAME.parquet``, ``NAME.csv``),
+        ``summary.md`` and ``config.json`` into.
       overrides: dotted keys, e.g. ``{"dynamics.lam": 0.1, "compare.window": 20}``.
+      figures: ``figures(tables, out)`` draws the tables' figures into ``out`` (with
+        ``out``), e.g. ``rankflow.plots.write_compare_figures`` (``NAME.png``, as
+        ``rankflow compare`` does); ``summary.md`` then lists them.
 
     Returns:
       ``{"trajectory", "contraction" (gd), "order" (deterministic pairs), "sde"
@@ -551,16 +548,22 @@ def compare(
             "compare": asdict(options) | {"order_t1": order_t1},
             "seconds": round(time.perf_counter() - t_start, 2),
         }
-        write(out, tables, meta)
+        write(out, tables, meta, figures)
     return tables
 
 
 # --- output -----------------------------------------------------------------------------
 
 
-def write(out: str | Path, tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]) -> Path:
-    """Write ``tables`` (parquet, CSV), their figures (PNG), ``summary.md`` and
-    ``config.json`` (``meta`` plus versions and devices) into the directory ``out``."""
+def write(
+    out: str | Path,
+    tables: Mapping[str, pd.DataFrame],
+    meta: Mapping[str, Any],
+    figures: Callable[[Mapping[str, pd.DataFrame], Path], Any] | None = None,
+) -> Path:
+    """Write ``tables`` (parquet, CSV), their figures (``figures(tables, out)``, when
+    given), ``summary.md`` and ``config.json`` (``meta`` plus versions and devices) into
+    the directory ``out``."""
     from .store import provenance
 
     out = Path(out)
@@ -568,8 +571,9 @@ def write(out: str | Path, tables: Mapping[str, pd.DataFrame], meta: Mapping[str
     for name, df in tables.items():
         df.to_parquet(out / f"{name}.parquet", index=False)
         df.to_csv(out / f"{name}.csv", index=False)
-        FIGURES[name](df, out / f"{name}.png")
-    (out / "summary.md").write_text(summary(tables, meta))
+    if figures is not None:
+        figures(tables, out)
+    (out / "summary.md").write_text(summary(tables, meta, figures=figures is not None))
     (out / "config.json").write_text(
         json.dumps(dict(meta) | provenance(), indent=2, default=str) + "\n"
     )
@@ -580,8 +584,11 @@ def _g(x: float) -> str:
     return f"{x:.4g}" if np.isfinite(x) else "nan"
 
 
-def summary(tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]) -> str:
-    """The measured numbers of a comparison, as Markdown."""
+def summary(
+    tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any], *, figures: bool = True
+) -> str:
+    """The measured numbers of a comparison, as Markdown (its file list naming
+    ``NAME.png`` when ``figures``)."""
     traj = tables["trajectory"]
     s = traj.iloc[0]
     opt, flow = meta["optimizer"], meta["flow"]
@@ -702,6 +709,7 @@ def summary(tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]) -> str:
                 f"t > 0: {np.nanmax(np.abs(part['z'])):.2f}."
             )
     lines += ["", "## Files", ""]
-    lines += [f"- `{name}.parquet`, `{name}.csv`, `{name}.png`" for name in tables]
+    png = ", `{}.png`" if figures else ""
+    lines += [f"- `{name}.parquet`, `{name}.csv`" + png.format(name) for name in tables]
     lines += ["- `config.json`: both resolved configs, the compare options, versions", ""]
     return "\n".join(lines)

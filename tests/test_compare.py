@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import cli
+from rankflow import cli, plots
 from rankflow.compare import COLUMNS, compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,16 @@ SGD = {
 @pytest.fixture(scope="module")
 def gd_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare_gd")
-    return compare(GD, out=out, overrides={"compare.window": 30}), out
+    tables = compare(
+        GD, out=out, overrides={"compare.window": 30}, figures=plots.write_compare_figures
+    )
+    return tables, out
 
 
 @pytest.fixture(scope="module")
 def sgd_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare_sgd")
-    return compare(SGD, out=out), out
+    return compare(SGD, out=out, figures=plots.write_compare_figures), out
 
 
 def _check_files(tables, out):

@@ -588,9 +588,9 @@ def test_failure_while_writing_leaves_no_finished_marker(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(plots, "inspect_layers_figure", boom)
+    monkeypatch.setattr(plots.inspect, "inspect_layers_figure", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        inspect_checkpoint(path, out=out)
+        inspect_checkpoint(path, out=out, figures=plots.inspection_figures)
     assert not (out / "inspect.json").exists() and not list(out.glob(".*.tmp"))
     with pytest.raises(InspectError, match="not a finished"):
         load_inspection(out)

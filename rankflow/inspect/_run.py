@@ -14,7 +14,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -33,7 +33,6 @@ __all__ = ["Inspection", "PAIRS", "inspect_checkpoint", "load_inspection", "pars
 PAIRS = ("qk", "vo")
 PAIR_NAMES = {"qk": "key–query", "vo": "value–output"}
 HEADS_TABLE, GRAMS_TABLE, META = "heads.parquet", "grams.parquet", "inspect.json"
-FIGURES = {"scatter": "scatter.png", "layers": "layers.png"}
 # Identity columns of the heads table, before the statistics and their null_ twins.
 ID_COLUMNS = (
     "layer",
@@ -437,8 +436,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _write(out: Path, insp: Inspection, figures: bool) -> list[str]:
-    from .. import plots
+def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
     from ..store import _atomic_write
 
     out.mkdir(parents=True, exist_ok=True)
@@ -454,18 +452,8 @@ def _write(out: Path, insp: Inspection, figures: bool) -> list[str]:
     put(GRAMS_TABLE, lambda p: insp.grams.to_parquet(p, index=False))
     put("summary.md", lambda p: Path(p).write_text(insp.summary))
     if figures:
-        title = f"{insp.meta['name']} ({insp.layout.arch})"
-        figs = {
-            "scatter": plots.inspect_scatter_figure(insp.grams, insp.heads, title=title),
-            "layers": plots.inspect_layers_figure(insp.heads, title=title),
-        }
-        for key, fig in figs.items():
-            put(
-                FIGURES[key],
-                lambda p, fig=fig: fig.savefig(
-                    p, format="png", dpi=plots.DPI, bbox_inches="tight", facecolor="white"
-                ),
-            )
+        for name, write in figures(insp).items():
+            put(name, write)
     meta = dict(insp.meta, outputs=written)
     _atomic_write(out / META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return written
@@ -480,7 +468,7 @@ def inspect_checkpoint(
     heads: int | None = None,
     scatter: Sequence[tuple[int, int] | str] | None = None,
     rank_tol: float = 1e-3,
-    figures: bool = True,
+    figures: Callable[[Inspection], Mapping[str, Callable[[Path], object]]] | None = None,
     progress: bool | None = None,
 ) -> Inspection:
     """Inspect a safetensors checkpoint for the balance fingerprint of weight decay.
@@ -490,8 +478,8 @@ def inspect_checkpoint(
             or a folder holding either (``config.json`` beside the weights is used for
             the architecture and head layout when present).
         out: directory for ``heads.parquet``/``heads.csv`` (the table), ``grams.parquet``
-            (Gram entries of the scatter heads), ``summary.md``, ``scatter.png``,
-            ``layers.png`` and ``inspect.json`` (written last). ``None``: write nothing.
+            (Gram entries of the scatter heads), ``summary.md``, the figures and
+            ``inspect.json`` (written last). ``None``: write nothing.
         arch: ``auto`` (config.json's ``model_type``, else the tensor names), ``bert``,
             ``gpt2``, ``llama`` or ``vit``.
         layers: the layers to inspect (default all): ints, negative from the end, or a
@@ -502,7 +490,10 @@ def inspect_checkpoint(
             ``grams`` and the scatter figure; default head 0 of the first, middle and
             last inspected layers. For GQA the head's group is shown.
         rank_tol: numerical rank counts singular values above ``rank_tol · s_1``.
-        figures: draw the two figures (needs ``out``).
+        figures: the figures to write into ``out``, as a function of the inspection
+            returning file name → writer of that file: ``rankflow inspect`` passes
+            ``rankflow.plots.inspection_figures`` (``scatter.png``, ``layers.png``).
+            ``None``: tables and summary only. Nothing here draws.
         progress: a progress bar over layers (default: when stderr is a terminal).
 
     Returns:

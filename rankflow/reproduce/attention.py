@@ -117,7 +117,6 @@ def rank_claim(heads: pd.DataFrame) -> Claim:
 
 def run_experiment(ctx: Context) -> None:
     from .. import attention, plots
-    from . import figures
 
     rank = attention.run(_config("attention_rank", ctx.mode), out=ctx.runs("attention_rank"),
                          resume=True)  # fmt: skip
@@ -126,7 +125,7 @@ def run_experiment(ctx: Context) -> None:
     summary = head_summary(rank.heads)
     ctx.table("attention_rank_summary", summary)
     plots.attention_rank_figure(rank.heads, ctx.figures / "attention_rank.png")
-    figures.attention_balance_figure(rank.heads, ctx.figures / "attention_balance.png")
+    plots.attention_nuclear_gap_figure(rank.heads, ctx.figures / "attention_balance.png")
 
     lo, hi = summary["train.lam"].min(), summary["train.lam"].max()
 

@@ -38,9 +38,8 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .. import theory
+from .. import plots, theory
 from ..api import run
-from . import figures
 from ._common import Claim, Context, fmt, sweep_config, verdict
 
 NAME = "balancing"
@@ -357,7 +356,17 @@ def run_experiment(ctx: Context) -> None:
     bound = gap_bound_table(tables["gradient_flow"])
     ctx.table("balancing_gap_bound", bound)
     shape = (p["m"], p["n"], cfgs["stochastic_flow"]["model"]["r"])
-    figures.balancing_figure(tables, r, z, bound, shape, ctx.figures / "balancing.png")
+    plots.balancing_figure(
+        tables,
+        r,
+        z,
+        bound,
+        shape,
+        ctx.figures / "balancing.png",
+        rate_bracket=theory.gd_rate_bracket,
+        orbit_rate=theory.momentum_orbit_rate,
+        sgf_mean_trace=theory.sgf_mean_balance_trace,
+    )
 
     paths = int(tables["stochastic_flow"]["path"].max()) + 1
     ctx.claims += [

@@ -36,9 +36,8 @@ import pandas as pd
 
 from .. import compare as compare_lib
 from .. import config as config_lib
-from .. import theory
+from .. import plots, theory
 from ..api import run
-from . import figures
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 
 NAME = "discrete"
@@ -309,7 +308,10 @@ def sgf_floor_scaling_claim(floor: pd.DataFrame) -> Claim:
 
 def _compare(ctx: Context, name: str) -> dict[str, pd.DataFrame]:
     tables = compare_lib.compare(
-        config_path(name), out=ctx.runs(name), overrides=full_overrides(name, ctx.mode)
+        config_path(name),
+        out=ctx.runs(name),
+        overrides=full_overrides(name, ctx.mode),
+        figures=plots.write_compare_figures,
     )
     for table, df in tables.items():
         ctx.table(f"{name}_{table}", df)
@@ -336,6 +338,6 @@ def run_experiment(ctx: Context) -> None:
     floor = floor_table(df)
     ctx.table("discrete_floor", floor)
     (exponents, _) = scaling(floor[_square(floor)])
-    figures.floor_figure(df, floor, exponents, ctx.figures / "discrete_floor.png")
+    plots.floor_figure(df, floor, exponents, ctx.figures / "discrete_floor.png")
     ctx.claims.append(sgf_floor_claim(floor))
     ctx.claims.append(sgf_floor_scaling_claim(floor))

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from .. import plots
 from ..inspect import (
     FalsePositives,
     Layout,
@@ -258,7 +259,9 @@ def pretrained_claims(
 
 def run_experiment(ctx: Context) -> None:
     out = ctx.out / "runs" / "inspect"
-    res = inspect_checkpoint(ctx.checkpoint, out=out, progress=False)
+    res = inspect_checkpoint(
+        ctx.checkpoint, out=out, figures=plots.inspection_figures, progress=False
+    )
     ctx.table("pretrained_heads", res.heads)
     for name in ("scatter", "layers"):
         if (out / f"{name}.png").is_file():

@@ -24,10 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .. import config as config_lib
-from .. import theory
+from .. import plots, theory
 from ..api import run
 from ..simulate import params_of, program_for
-from . import figures
 from ._common import Claim, Context, final_rows, fmt, sweep_config, verdict
 
 NAME = "rank"
@@ -156,7 +155,7 @@ def run_experiment(ctx: Context) -> None:
         frames.append(solutions(cfg, df, problem))
     sol = pd.concat(frames, ignore_index=True)
     ctx.table("rank_solutions", sol)
-    figures.rank_figure(sol, ctx.figures / "rank.png")
+    plots.rank_figure(sol, ctx.figures / "rank.png")
     ctx.claims += [factorised_is_nuclear_claim(sol), plain_l2_observation(sol)]
     fr = sol[(sol["dynamics.lam"] > 0) & (sol["solution"] == "factorised, weight decay")]
     top = fr.groupby("problem")["dynamics.lam"].transform("max") == fr["dynamics.lam"]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from .. import plots, theory
 from ..api import run
-from . import balancing, figures
+from . import balancing
 from ._common import Claim, Context, final_rows, fmt, sweep_config, verdict
 
 NAME = "toy"
@@ -151,7 +151,7 @@ def run_experiment(ctx: Context) -> None:
     # Figures: Fig. 1 of the paper on a few λ, and the spectrum on all of them.
     shown = df[np.isin(df["dynamics.lam"].round(12), np.round(SHOWN_LAMS, 12))]
     plots.balance_figure(shown, ctx.figures / "toy_balance.png", target_sv=np.sort(s)[::-1])
-    figures.toy_spectrum_figure(df, s, ctx.figures / "toy_spectrum.png")
+    plots.toy_spectrum_figure(df, s, ctx.figures / "toy_spectrum.png")
 
     r = rates(df)
     ctx.table("toy_rates", r)

@@ -1,12 +1,13 @@
-"""Figures of ``rankflow reproduce`` that ``rankflow.plots`` does not already draw.
+"""Figures of ``rankflow reproduce`` that the other families do not already draw.
 
-Like ``rankflow.plots``: built from tables only, without pyplot; time in optimizer
-steps; theory dashed beside measurements; log axes where a decay is exponential.
+Built from tables only; time in optimizer steps; theory dashed beside measurements
+(predictions that need ``rankflow.theory`` are passed in by the caller); log axes where
+a decay is exponential.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib as mpl
@@ -15,7 +16,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..plots import LABELS, save_figure
+from .common import LABELS, palette, save_figure
+
+__all__ = [
+    "attention_nuclear_gap_figure",
+    "balancing_figure",
+    "floor_figure",
+    "rank_figure",
+    "toy_spectrum_figure",
+]
 
 T = LABELS["t"]
 DYNAMICS = {
@@ -25,11 +34,6 @@ DYNAMICS = {
     "momentum_flow": ("momentum flow", "C4", "D"),
     "adamw": ("AdamW", "C3", "v"),
 }
-
-
-def _viridis(n: int) -> list:
-    cmap = mpl.colormaps["viridis"]
-    return [cmap(v) for v in np.linspace(0.0, 0.85, max(n, 1))][:n]
 
 
 def _positive(v) -> np.ndarray:
@@ -133,17 +137,40 @@ def balancing_figure(
     bound: pd.DataFrame,
     sgf_shape: tuple[int, int, int],
     out_path: str | Path | None = None,
+    *,
+    rate_bracket: Callable,
+    orbit_rate: Callable,
+    sgf_mean_trace: Callable,
 ) -> Figure:
     """Six panels (``sgf_shape``: the SGF run's m, n, r): (a) fitted rate/(2ηλ) of GF
     and GD against 2ηλ, with T4's 1 and GD's T5 bracket dashed; (b) momentum flow against
     μ/(ηλ), the T7 orbit rate dashed; (c) L_L2 − L_* beside its T2 bound and T4's
     envelope (GF); (d) the balance gap of every dynamics at one (η, λ), e^{−2ηλt} dashed;
-    (e) AdamW's scale-free gap against t per λ; (f) SGF: tr D per path, its mean, and T6."""
-    from .. import theory
+    (e) AdamW's scale-free gap against t per λ; (f) SGF: tr D per path, its mean, and T6.
 
+    The predictions are the caller's (``rankflow.theory``): ``rate_bracket(eta, lam)``
+    (T5, ``gd_rate_bracket``), ``orbit_rate(eta, lam, mu)`` (T7, ``momentum_orbit_rate``)
+    and ``sgf_mean_trace(trace0, eta, lam, sigma, m, n, r, t)`` (T6,
+    ``sgf_mean_balance_trace``)."""
     fig = Figure(figsize=(18, 10), layout="constrained")
     axes = fig.subplots(2, 3)
-    ax = axes[0, 0]
+    _rate_panel(axes[0, 0], rates, rate_bracket)
+    _momentum_panel(axes[0, 1], rates, orbit_rate)
+    _loss_gap_panel(axes[0, 2], tables["gradient_flow"], bound)
+    _every_dynamics_panel(axes[1, 0], tables)
+    _adamw_panel(axes[1, 1], tables["adamw"])
+    _sgf_panel(axes[1, 2], tables["stochastic_flow"], z, sgf_shape, sgf_mean_trace)
+    return _finish(
+        fig,
+        axes,
+        "Balancing of W = ABᵀ's factors under each dynamics: matrix sensing, rank 2, "
+        "imbalanced start ‖D(0)‖_F = 1, float64",
+        out_path,
+    )
+
+
+def _rate_panel(ax, rates: pd.DataFrame, rate_bracket: Callable) -> None:
+    """(a) fitted balancing rate of GF and GD over the λ × η grid, against T4 and T5."""
     for kind in ("gradient_flow", "gd"):
         r = rates[rates["dynamics.kind"] == kind]
         label, color, marker = DYNAMICS[kind]
@@ -153,7 +180,7 @@ def balancing_figure(
     gd = rates[rates["dynamics.kind"] == "gd"]
     x = np.geomspace((2 * gd["dynamics.eta"] * gd["dynamics.lam"]).min() / 1.3,
                      (2 * gd["dynamics.eta"] * gd["dynamics.lam"]).max() * 1.3, 100)  # fmt: skip
-    low, high = theory.gd_rate_bracket(x / 2, 1.0)
+    low, high = rate_bracket(x / 2, 1.0)
     ax.axhline(1.0, color="C0", ls="--", lw=1.3, label="T4: gradient flow, exactly 1 (theory)")
     ax.plot(x, low, color="C1", ls="--", lw=1.2,
             label=r"T5: GD bracket, $-\log(1-\eta\lambda)^2/2\eta\lambda$")  # fmt: skip
@@ -167,15 +194,17 @@ def balancing_figure(
     ax.set_title("(a) balancing rate over a λ × η grid", fontsize="medium")
     ax.legend(fontsize="small")
 
-    ax = axes[0, 1]
+
+def _momentum_panel(ax, rates: pd.DataFrame, orbit_rate: Callable) -> None:
+    """(b) momentum flow's fitted rate against μ/(ηλ), beside T7's orbit rate."""
     mo = rates[rates["dynamics.kind"] == "momentum_flow"]
     lams = np.sort(mo["dynamics.lam"].unique())
-    for lam, color in zip(lams, _viridis(len(lams))):
+    for lam, color in zip(lams, palette(len(lams), numeric=True)):
         g = mo[mo["dynamics.lam"] == lam].sort_values("mu_over_etalam")
         ax.plot(g["mu_over_etalam"], g["rate_over_2etalam"], "o", ms=8, mfc="none",
                 color=color, label=f"momentum flow, λ = {lam:g}")  # fmt: skip
     xs = np.geomspace(max(mo["mu_over_etalam"].min(), 6.0), mo["mu_over_etalam"].max() * 1.3, 200)
-    ax.plot(xs, theory.momentum_orbit_rate(1.0, 1.0, xs), "k--", lw=1.2,
+    ax.plot(xs, orbit_rate(1.0, 1.0, xs), "k--", lw=1.2,
             label=r"T7 on the symmetry orbit: $1+\eta\lambda/\mu+\dots$")  # fmt: skip
     ax.axvspan(15, xs[-1], color="0.9", zorder=0, label=r"tested: $\mu\geq15\eta\lambda$")
     ax.axhline(1.0, color="0.5", ls=":", lw=1.2, label=r"$2\eta\lambda$ (the $\mu\to\infty$ limit)")
@@ -185,12 +214,13 @@ def balancing_figure(
     ax.set_title(f"(b) momentum flow (decoupled decay), η = {eta:g}", fontsize="medium")
     ax.legend(fontsize="small")
 
-    ax = axes[0, 2]
-    gf = tables["gradient_flow"]
+
+def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
+    """(c) gradient flow: L_L2 − L_* beside the T2 bound and T4's envelope."""
     eta0 = np.sort(gf["dynamics.eta"].unique())[len(gf["dynamics.eta"].unique()) // 2]
     g_eta = gf[gf["dynamics.eta"] == eta0]
     lams = np.sort(g_eta["dynamics.lam"].unique())
-    for lam, color in zip(lams, _viridis(len(lams))):
+    for lam, color in zip(lams, palette(len(lams), numeric=True)):
         g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
         b = bound[(bound["dynamics.lam"] == lam) & (bound["dynamics.eta"] == eta0)]
         t = g["t"].to_numpy()
@@ -217,7 +247,9 @@ def balancing_figure(
     ax.set_title(f"(c) gradient flow: the gap to nuclear-norm regularisation, η = {eta0:g}",
                  fontsize="medium")  # fmt: skip
 
-    ax = axes[1, 0]
+
+def _every_dynamics_panel(ax, tables: dict[str, pd.DataFrame]) -> None:
+    """(d) the balance gap of every dynamics at one (η, λ), against T4."""
     eta1, lam1 = 0.1, 0.05
     t_max = 0.0
     for kind in ("gradient_flow", "gd", "stochastic_flow", "momentum_flow"):
@@ -249,12 +281,13 @@ def balancing_figure(
     ax.set_title(f"(d) every dynamics at η = {eta1:g}, λ = {lam1:g}", fontsize="medium")
     ax.legend(fontsize="small")
 
-    ax = axes[1, 1]
-    ad = tables["adamw"]
+
+def _adamw_panel(ax, ad: pd.DataFrame) -> None:
+    """(e) AdamW's scale-free balance gap against t, one line per λ."""
     eta2 = np.sort(ad["dynamics.eta"].unique())[len(ad["dynamics.eta"].unique()) // 2]
     g_eta = ad[ad["dynamics.eta"] == eta2]
     lams = np.sort(g_eta["dynamics.lam"].unique())
-    for lam, color in zip(lams, _viridis(len(lams))):
+    for lam, color in zip(lams, palette(len(lams), numeric=True)):
         t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap_rel")
         seeds = g_eta["seed"].nunique()
         label = f"AdamW, λ = {lam:g}" + (f" (median of {seeds} seeds)" if seeds > 1 else "")
@@ -264,8 +297,9 @@ def balancing_figure(
     ax.set_title(f"(e) AdamW (outside the theory), η = {eta2:g}", fontsize="medium")
     ax.legend(fontsize="small")
 
-    ax = axes[1, 2]
-    sg = tables["stochastic_flow"]
+
+def _sgf_panel(ax, sg, z: pd.DataFrame, shape, sgf_mean_trace: Callable) -> None:
+    """(f) stochastic GF: tr D per path and its mean, ±4 SE at the tested saves, T6."""
     key = z.groupby(["dynamics.lam", "dynamics.eta"]).size().index[0]
     g = sg[(sg["dynamics.lam"] == key[0]) & (sg["dynamics.eta"] == key[1])]
     for p, gp in g.groupby("path"):
@@ -277,9 +311,8 @@ def balancing_figure(
     ax.errorbar(zz["t"], zz["mean"], yerr=4 * zz["se"], fmt="none", ecolor="k", capsize=3,
                 label="±4 SE at the tested saves")  # fmt: skip
     t = m.index.to_numpy()
-    shape = sgf_shape
     sigma = g["dynamics.sigma"].iloc[0]
-    t6 = theory.sgf_mean_balance_trace(
+    t6 = sgf_mean_trace(
         np.float64(m["mean"].iloc[0]), key[1], key[0], sigma, *shape, t.astype(np.float64)
     )
     ax.plot(t, np.asarray(t6), "k--", lw=1.3,
@@ -290,13 +323,6 @@ def balancing_figure(
     ax.set_title(f"(f) stochastic GF, m = {shape[0]}, n = {shape[1]}: mean against T6, "
                  f"η = {key[1]:g}, λ = {key[0]:g}, σ = {sigma:g}", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
-    return _finish(
-        fig,
-        axes,
-        "Balancing of W = ABᵀ's factors under each dynamics: matrix sensing, rank 2, "
-        "imbalanced start ‖D(0)‖_F = 1, float64",
-        out_path,
-    )
 
 
 # --- rank ----------------------------------------------------------------------------------
@@ -409,7 +435,7 @@ def floor_figure(
 
     ax = axes[1]
     groups = list(floor.groupby(["problem.m", "problem.n", "dynamics.eta", "dynamics.lam"]))
-    for ((m, n, eta, lam), g), color in zip(groups, _viridis(len(groups))):
+    for ((m, n, eta, lam), g), color in zip(groups, palette(len(groups), numeric=True)):
         g = g.sort_values("dynamics.sigma")
         ax.errorbar(g["dynamics.sigma"], g["floor_rms"],
                     yerr=0.5 * g["ratio_se"] / g["ratio"] * g["floor_rms"],
@@ -455,7 +481,7 @@ def floor_figure(
 # --- attention -----------------------------------------------------------------------------
 
 
-def attention_balance_figure(heads: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
+def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
     """Per pair (key–query, value–output): the relative gap (½(‖A‖²+‖B‖²) − ‖ABᵀ‖_*) /
     ½(‖A‖²+‖B‖²) against the step, median over heads and runs per λ (log scale; T1:
     zero iff balanced), and its last value per head against λ."""
@@ -466,7 +492,7 @@ def attention_balance_figure(heads: pd.DataFrame, out_path: str | Path | None = 
     fig = Figure(figsize=(13, 9), layout="constrained")
     axes = fig.subplots(2, len(pairs), squeeze=False)
     lams = np.sort(df["train.lam"].unique())
-    colors = _viridis(len(lams))
+    colors = palette(len(lams), numeric=True)
     for j, pair in enumerate(pairs):
         d = df[df["pair"] == pair]
         ax = axes[0, j]

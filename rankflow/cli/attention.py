@@ -1,0 +1,106 @@
+"""``rankflow attention``: train a transformer whose heads are factor pairs; plot it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import ConfigError, parse_set
+from .common import add_set_option, check_chunk
+
+
+def add_parser(sub) -> None:
+    """``attention train CONFIG --out DIR ...`` and ``attention plot FIGURE DIR ...``."""
+    attention = sub.add_parser(
+        "attention",
+        help="a transformer whose heads are factor pairs: train it (optimizers with "
+        "weight decay per parameter group, or gradient flow) and plot its heads",
+        description="Attention layers (THEORY.md): a flax NNX decoder-only transformer "
+        "with per-head W_Q, W_K, W_V, W_O, weight decay per group (qk, vo, mlp, embed, "
+        "norm) and per-head observables of both factor pairs.",
+    )
+    attention_sub = attention.add_subparsers(dest="attention_command", required=True)
+    _add_train(attention_sub)
+    _add_plot(attention_sub)
+
+
+def _add_train(attention_sub) -> None:
+    from ..attention.config import keys_help
+
+    att_train = attention_sub.add_parser(
+        "train",
+        help="train CONFIG.toml's sweep into DIR: heads table (run × step × layer × "
+        "head × pair), loss table (train/val), config.json; resumable",
+        description="Train every point of CONFIG.toml's [sweep]. Numeric keys (marked *) "
+        "share one compiled, vmapped program per structure; each finished chunk is "
+        "written atomically to DIR/results.parquet/ (heads) and DIR/loss.parquet/ "
+        "(losses), so a killed run continues with --resume.",
+        epilog=keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    att_train.add_argument("config", help="TOML config file (see sims/attention/)")
+    add_set_option(
+        att_train, "override a config key, e.g. --set train.lam=0.1 (repeatable; TOML literals)"
+    )
+    att_train.add_argument("--out", required=True, metavar="DIR", help="results directory")
+    att_train.add_argument(
+        "--resume", action="store_true", help="continue the sweep in DIR (same config)"
+    )
+    att_train.add_argument(
+        "--chunk", type=int, metavar="N", help="runs per chunk (default: ≤ 32 per structure)"
+    )
+    att_train.add_argument("--quiet", action="store_true", help="no progress bar")
+    att_train.set_defaults(func=cmd_train)
+
+
+def _add_plot(attention_sub) -> None:
+    att_plot = attention_sub.add_parser(
+        "plot",
+        help="figures of attention results: rank (per-head rank vs λ), balance (per-head "
+        "balance gap vs step, one DIR per dynamics), ablation (validation loss, mean ± std "
+        "over seeds, per weight-decay variant)",
+    )
+    att_plot.add_argument("figure", choices=("rank", "balance", "ablation"))
+    att_plot.add_argument("results", nargs="+", metavar="DIR", help="results directories")
+    att_plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
+    att_plot.add_argument(
+        "--table", metavar="TABLE.md", help="ablation: also write the markdown table"
+    )
+    att_plot.set_defaults(func=cmd_plot)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Validate the config (before compiling), then train its sweep into ``--out``."""
+    from ..attention import resolve
+    from ..attention.sweep import execute
+    from ..sweep import enable_compilation_cache
+
+    check_chunk(args.chunk)
+    cfg = resolve(args.config, parse_set(args.sets))  # before compiling
+    enable_compilation_cache()
+    _, summary = execute(cfg, args.out, resume=args.resume, chunk=args.chunk, quiet=args.quiet)
+    print(f"{summary.line()} → {args.out}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """One figure of attention results directories (and the ablation's markdown table)."""
+    from .. import plots
+    from ..attention import load
+    from ..attention.sweep import validation_baseline
+
+    tables = [load(d) for d in args.results]
+    if args.figure != "balance" and len(tables) > 1:
+        raise ConfigError(f"{args.figure}: takes one results directory")
+    if args.figure == "rank":
+        plots.attention_rank_figure(tables[0].heads, args.out)
+    elif args.figure == "balance":
+        plots.attention_balance_figure([t.heads for t in tables], args.out)
+    else:
+        baseline = validation_baseline(args.results[0])
+        plots.attention_ablation_figure(tables[0].loss, args.out, baseline=baseline)
+        if args.table:
+            Path(args.table).write_text(plots.attention_ablation_markdown(tables[0].loss))
+            print(f"table → {args.table}")
+    print(f"figure → {args.out}")
+    return 0

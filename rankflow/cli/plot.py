@@ -1,0 +1,39 @@
+"""``rankflow plot``: a quick look at a results directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import ConfigError
+
+
+def add_parser(sub) -> None:
+    """``plot DIR --out FIG.png [--x] [--y] [--hue] [--logy]``."""
+    plot = sub.add_parser(
+        "plot",
+        help="quick look at a results directory: median and interquartile band over seeds/paths",
+    )
+    plot.add_argument("results", metavar="DIR", help="results directory")
+    plot.add_argument("--x", default="t", help="x column (default: %(default)s)")
+    plot.add_argument("--y", default="balance_gap", help="y column (default: %(default)s)")
+    plot.add_argument("--hue", help="one line per value of this column, e.g. dynamics.lam")
+    plot.add_argument("--logy", action="store_true", help="log-scale y axis")
+    plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
+    plot.set_defaults(func=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    """``plots.quick_plot`` of the results table, after checking its columns."""
+    from .. import plots
+    from ..store import load
+
+    df = load(args.results)
+    for col in (args.x, args.y, args.hue):
+        if col is not None and col not in df.columns:
+            raise ConfigError(
+                f"--{'x' if col == args.x else 'y' if col == args.y else 'hue'}: no column "
+                f"{col!r} in {args.results}; columns: {', '.join(df.columns)}"
+            )
+    plots.quick_plot(df, x=args.x, y=args.y, hue=args.hue, logy=args.logy, out_path=args.out)
+    print(f"figure → {args.out}")
+    return 0

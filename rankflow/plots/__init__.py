@@ -1,0 +1,65 @@
+"""Figures from results tables (the DataFrames of ``rankflow.run``, ``compare``,
+``inspect``, ``attention`` and ``reproduce``): the only part of rankflow that imports
+matplotlib.
+
+Plots read tables only: nothing here imports jax or the simulation code. Figures are
+``matplotlib.figure.Figure`` objects built without pyplot, so importing this package
+neither selects a backend nor disturbs an interactive session; PNGs are rendered by
+the Agg canvas that ``Figure.savefig`` picks for raster formats. Conventions shared by
+every figure are in :mod:`.common`.
+
+Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
+``attention`` and ``reproduce`` (the figures of ``rankflow reproduce`` the others do
+not draw); ``common`` holds axis text, colours, medians over runs and
+:func:`save_figure`.
+"""
+
+from .attention import attention_ablation_figure as attention_ablation_figure
+from .attention import attention_ablation_markdown as attention_ablation_markdown
+from .attention import attention_ablation_table as attention_ablation_table
+from .attention import attention_balance_figure as attention_balance_figure
+from .attention import attention_rank_figure as attention_rank_figure
+from .common import DPI as DPI
+from .common import LABELS as LABELS
+from .common import save_figure as save_figure
+from .compare import compare_contraction_figure as compare_contraction_figure
+from .compare import compare_order_figure as compare_order_figure
+from .compare import compare_sde_figure as compare_sde_figure
+from .compare import compare_trajectory_figure as compare_trajectory_figure
+from .compare import write_compare_figures as write_compare_figures
+from .core import balance_figure as balance_figure
+from .core import quick_plot as quick_plot
+from .inspect import inspect_layers_figure as inspect_layers_figure
+from .inspect import inspect_scatter_figure as inspect_scatter_figure
+from .inspect import inspection_figures as inspection_figures
+from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
+from .reproduce import balancing_figure as balancing_figure
+from .reproduce import floor_figure as floor_figure
+from .reproduce import rank_figure as rank_figure
+from .reproduce import toy_spectrum_figure as toy_spectrum_figure
+
+__all__ = [
+    "DPI",
+    "LABELS",
+    "attention_ablation_figure",
+    "attention_ablation_markdown",
+    "attention_ablation_table",
+    "attention_balance_figure",
+    "attention_nuclear_gap_figure",
+    "attention_rank_figure",
+    "balance_figure",
+    "balancing_figure",
+    "compare_contraction_figure",
+    "compare_order_figure",
+    "compare_sde_figure",
+    "compare_trajectory_figure",
+    "floor_figure",
+    "inspect_layers_figure",
+    "inspect_scatter_figure",
+    "inspection_figures",
+    "quick_plot",
+    "rank_figure",
+    "save_figure",
+    "toy_spectrum_figure",
+    "write_compare_figures",
+]

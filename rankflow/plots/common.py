@@ -1,0 +1,193 @@
+"""What every figure family shares: axis text, colours, medians over runs, saving.
+
+Conventions shared by every figure:
+  - a *run* is one trajectory, i.e. one ``(run_id, path)`` pair;
+  - curves are the median over runs at each saved time, with an interquartile band
+    when more than one run contributes;
+  - rows whose ``status`` is not ``"ok"`` count as missing (NaN), and so do values
+    ``≤ 0`` on a log axis;
+  - time is in optimizer steps (THEORY.md, "Setting and conventions").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import Colormap
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+DPI = 150
+RUN_KEYS = ("run_id", "path")
+
+# Axis / legend text for the columns of THEORY.md's observables table.
+LABELS = {
+    "t": "time t (optimizer steps)",
+    "loss": "data loss L(W)",
+    "l2_loss": "L2-regularised loss $L_{L2}(A,B)$",
+    "star_loss": r"nuclear-norm loss $L_*(W)$",
+    "l2_penalty": r"L2 penalty $\frac{1}{2}(\|A\|_F^2+\|B\|_F^2)$",
+    "nuclear_norm": r"nuclear norm $\|AB^\top\|_*$",
+    "frob_minus_nuc": r"$\frac{1}{2}(\|A\|_F^2+\|B\|_F^2)-\|AB^\top\|_*$",
+    "balance_gap": r"balance gap $\|A^\top A-B^\top B\|_F$",
+    "balance_trace": r"$\mathrm{tr}(A^\top A-B^\top B)$",
+    "balance_nuclear": r"$\|A^\top A-B^\top B\|_*$",
+    "balance_gap_rel": r"$\|A^\top A-B^\top B\|_F/\frac{1}{2}(\|A^\top A\|_F+\|B^\top B\|_F)$",
+    "effective_rank": "effective rank (Roy & Vetterli)",
+    "stable_rank": r"stable rank $\|W\|_F^2/\|W\|_2^2$",
+    "rank": "numerical rank of W",
+    "dynamics.lam": r"weight decay $\lambda$",
+    "dynamics.eta": r"learning rate $\eta$",
+    "dynamics.sigma": r"gradient noise $\sigma$",
+    "dynamics.mu": r"momentum rate $\mu$",
+    "init.scale": "init scale",
+    "init.imbalance": "init imbalance",
+    "problem.noise": "label noise",
+}
+# Short symbols for legend entries such as "λ = 0.1".
+SYMBOLS = {
+    "dynamics.lam": r"$\lambda$",
+    "dynamics.eta": r"$\eta$",
+    "dynamics.sigma": r"$\sigma$",
+    "dynamics.mu": r"$\mu$",
+}
+# Columns that describe a sweep's fixed setting, shown in figure titles when constant.
+SETTING_KEYS = (
+    "problem.kind",
+    "dynamics.kind",
+    "solver.method",
+    "init.kind",
+    "dynamics.eta",
+    "dynamics.sigma",
+    "init.scale",
+)
+
+
+def axis_label(col: str) -> str:
+    if col in LABELS:
+        return LABELS[col]
+    if col.startswith("sv_"):
+        return rf"singular value $\sigma_{{{col[3:]}}}(W)$"
+    return col
+
+
+def fmt_value(value) -> str:
+    if isinstance(value, float | np.floating):
+        return f"{value:g}"
+    return str(value)
+
+
+def value_label(col: str, value) -> str:
+    return f"{SYMBOLS.get(col, col)} = {fmt_value(value)}"
+
+
+def palette(n: int, numeric: bool) -> list:
+    cmap: Colormap = mpl.colormaps["viridis" if numeric else "tab10"]
+    if numeric:
+        return [cmap(v) for v in np.linspace(0.0, 0.85, max(n, 1))][:n]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def sv_columns(df: pd.DataFrame) -> list[str]:
+    cols = [c for c in df.columns if c.startswith("sv_") and c[3:].isdigit()]
+    return sorted(cols, key=lambda c: int(c[3:]))
+
+
+def run_columns(df: pd.DataFrame) -> list[str]:
+    return [k for k in RUN_KEYS if k in df.columns]
+
+
+def ok_values(df: pd.DataFrame, y: str) -> pd.Series:
+    """``df[y]`` as floats, NaN where the run was not ``ok`` (diverged, max_steps)."""
+    v = pd.to_numeric(df[y], errors="coerce").astype(float)
+    if "status" in df.columns:
+        v = v.where(df["status"] == "ok")
+    return v
+
+
+def _median_iqr(df: pd.DataFrame, x: str, y: pd.Series) -> pd.DataFrame:
+    """Median, quartiles and number of finite values of ``y`` at each ``x`` (sorted)."""
+    frame = pd.DataFrame({"x": df[x].to_numpy(), "y": y.to_numpy()})
+    frame = frame[np.isfinite(frame["y"])]
+    g = frame.groupby("x", sort=True)["y"]
+    return pd.DataFrame(
+        {
+            "median": g.median(),
+            "q25": g.quantile(0.25),
+            "q75": g.quantile(0.75),
+            "count": g.count(),
+        }
+    )
+
+
+def mask_log(v, log: bool) -> np.ndarray:
+    a = np.asarray(v, dtype=float)
+    return np.where(a > 0, a, np.nan) if log else a
+
+
+def draw_median(
+    ax: Axes,
+    df: pd.DataFrame,
+    x: str,
+    y: pd.Series,
+    *,
+    log: bool,
+    band: bool = True,
+    **line_kw,
+) -> Line2D | None:
+    """The median of ``y`` over runs at each ``x``, plus an IQR band when some ``x``
+    has more than one run; ``None`` (nothing drawn) when no value is finite."""
+    stats = _median_iqr(df, x, y)
+    med = mask_log(stats["median"], log)
+    if not np.isfinite(med).any():
+        return None
+    xs = stats.index.to_numpy()
+    (line,) = ax.plot(xs, med, **line_kw)
+    if band and (stats["count"] > 1).any():
+        ax.fill_between(
+            xs,
+            mask_log(stats["q25"], log),
+            mask_log(stats["q75"], log),
+            color=line.get_color(),
+            alpha=0.2,
+            linewidth=0,
+        )
+    return line
+
+
+def setting_title(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
+    """The constant settings of a table, e.g. ``problem.kind=diagonal, η=0.1``."""
+    parts = []
+    for col in SETTING_KEYS:
+        if col in skip or col not in df.columns:
+            continue
+        vals = df[col].dropna().unique()
+        if len(vals) == 1:
+            parts.append(f"{SYMBOLS.get(col, col)}={fmt_value(vals[0])}")
+    runs = run_columns(df)
+    if runs:
+        parts.append(f"{len(df[runs].drop_duplicates())} runs")
+        if "status" in df.columns:
+            stopped = df.loc[df["status"] != "ok", runs].drop_duplicates()
+            if len(stopped):  # medians after their stop run over fewer runs
+                parts.append(f"{len(stopped)} not ok (diverged/max_steps) from some t on")
+    return ", ".join(parts)
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (parent folders created) at 150 dpi.
+
+    The format follows the suffix (PNG when there is none or it is ``.png``).
+    Returns the path written.
+    """
+    path = Path(path)
+    if not path.suffix:
+        path = path.with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
+    return path
