@@ -215,7 +215,7 @@ def keys_help(
 
 def aliases_help(aliases: Mapping[str, str]) -> str:
     """The aliases of a schema, one line each (``alias = canonical``)."""
-    lines = ["aliases (accepted anywhere a key is, the canonical key is the column):"]
+    lines = ["aliases (alias = key: accepted wherever the key is; columns use the key):"]
     lines += [f"   {alias} = {canonical}" for alias, canonical in aliases.items()]
     return "\n".join(lines)
 
