@@ -508,7 +508,7 @@ def compare(
         runs = [{"path": p} for p in range(d["paths"])]
     else:
         # Run j has η/2^j (and μ/2^j for momentum): the flow's path in ηt is unchanged.
-        scale_mu = "momentum" in kind
+        scale_mu = kind in config_lib.MOMENTUM_DYNAMICS
         runs = [
             {
                 "dynamics.eta": d["eta"] / 2**j,
@@ -605,7 +605,11 @@ def summary(
         f"init {opt['init']['kind']} (scale {opt['init']['scale']:g}), seed {opt['seed']}, "
         f"η = {s['dynamics.eta']:g}, λ = {s['dynamics.lam']:g}"
         + (f", σ = {s['dynamics.sigma']:g}" if s["dynamics.kind"] == "sgd_gaussian" else "")
-        + (f", μ = {s['dynamics.mu']:g}" if "momentum" in s["dynamics.kind"] else "")
+        + (
+            f", μ = {s['dynamics.mu']:g}"
+            if s["dynamics.kind"] in config_lib.MOMENTUM_DYNAMICS
+            else ""
+        )
         + f", {'float64' if s['x64'] else 'float32'}. Flow solver: {solve}. "
         f"Time t is in optimizer steps; step k is compared with the flow at t = k. "
         f"Run time {meta.get('seconds', float('nan')):.1f} s.",
@@ -658,7 +662,7 @@ def summary(
         ]
     if "order" in tables:
         o = tables["order"]
-        mu = "momentum" in s["dynamics.kind"]
+        mu = s["dynamics.kind"] in config_lib.MOMENTUM_DYNAMICS
         lines += [
             "",
             f"## Order in η (T8), horizon ηt = {o['horizon'].iloc[0]:g}",

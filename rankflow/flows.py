@@ -18,6 +18,7 @@ import numpy as np
 from diffrax._local_interpolation import ThirdOrderHermitePolynomialInterpolation
 from diffrax._solver.runge_kutta import AbstractERK, ButcherTableau
 
+from .config import MOMENTUM_DYNAMICS
 from .problems import Problem
 
 __all__ = [
@@ -123,14 +124,14 @@ def drift_field(kind: str, problem: Problem) -> Callable:
 
 def initial_state(kind: str, theta0):
     """The flow's state at t = 0: θ, or (θ, M = 0) for momentum flows."""
-    if "momentum" in kind:
+    if kind in MOMENTUM_DYNAMICS:
         return theta0, jax.tree.map(jnp.zeros_like, theta0)
     return theta0
 
 
 def factors_of(kind: str, state):
     """The factors ``θ = (A, B)`` of a flow's state."""
-    return state[0] if "momentum" in kind else state
+    return state[0] if kind in MOMENTUM_DYNAMICS else state
 
 
 class AdditiveNoise(diffrax.ControlTerm):

@@ -186,7 +186,7 @@ class Program:
         A, B = theta
         if self.save == "states":
             out = {"theta": theta}
-            if self.continuous and "momentum" in self.kind:
+            if self.continuous and self.kind in config_lib.MOMENTUM_DYNAMICS:
                 out["M"] = state[1]
         else:
             loss = self.problem.loss(A @ B.T, data)

@@ -273,3 +273,92 @@ def test_stochastic_dynamics_without_noise_still_run():
     # No noise: both paths are the same deterministic run.
     a, b = (run["loss"].to_numpy() for _, run in df.groupby("path"))
     np.testing.assert_array_equal(a, b)
+
+
+# --- validation separate from derivation -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    [
+        {},
+        {"dynamics.lam": [0.0, 0.1]},
+        {"save.num": [3, 5]},  # structural: one program per value
+        {"model.r": [2, 3], "seed": [0, 1]},
+    ],
+)
+def test_saved_config_holds_the_derived_values_whatever_the_sweep(sweep):
+    cfg = C.resolve({"save": {"ts": [0.0, 4.0, 8.0]}, "sweep": sweep})
+    assert cfg["problem"]["m"] == cfg["problem"]["n"] == 5
+    assert cfg["problem"]["singular_values"] == list(C.DIAGONAL_DEFAULT)
+    assert cfg["solver"]["method"] == "tsit5" and cfg["solver"]["adaptive"] is True
+    assert cfg["save"]["t1"] == 8.0
+    # Resolving again and expanding give the same: the base is a fixed point.
+    assert C.resolve(cfg) == cfg
+    assert C.expand(cfg) == C.expand(C.resolve({"save": {"ts": [0.0, 4.0, 8.0]}, "sweep": sweep}))
+
+
+def test_a_derived_value_that_differs_between_points_stays_as_given():
+    cfg = C.resolve({"sweep": {"dynamics.kind": ["gradient_flow", "gd"]}})
+    assert cfg["solver"]["adaptive"] is None and cfg["solver"]["method"] is None
+    assert [p["solver"]["adaptive"] for p in C.expand(cfg)] == [True, False]
+    assert cfg["problem"]["m"] == 5  # shared by both points
+
+
+def test_validate_changes_nothing_and_derive_fills():
+    import copy
+
+    point = C.load_config(C.DEFAULTS)
+    point["sweep"] = {}
+    before = copy.deepcopy(point)
+    C.validate(point)
+    assert point == before
+    C.derive(point)
+    assert point["problem"]["m"] == 5 and point["solver"]["method"] == "tsit5"
+
+
+# --- one vocabulary: the core's names in attention configs -------------------------------
+
+
+def test_attention_accepts_the_core_names_as_aliases():
+    from rankflow.attention import config as A
+
+    canonical = A.resolve(
+        {
+            "train": {"lam": 0.3, "eta": 0.01, "steps": 20, "eval_every": 10, "mu": 0.2},
+            "attention": {"init_scale": 0.5},
+            "sweep": {"train.lam": [0.1, 0.2]},
+        }
+    )
+    aliased = A.resolve(
+        {
+            "dynamics": {"lam": 0.3, "eta": 0.01, "mu": 0.2},
+            "save": {"t1": 20},
+            "train": {"eval_every": 10},
+            "init": {"scale": 0.5},
+            "sweep": {"dynamics.lam": [0.1, 0.2]},
+        }
+    )
+    assert aliased == canonical
+    over = A.resolve({}, {"dynamics.eta": 0.02, "sweep.init.scale": [1.0, 2.0]})
+    assert over["train"]["eta"] == 0.02 and over["sweep"] == {"attention.init_scale": [1.0, 2.0]}
+    help_text = A.keys_help()
+    for alias, key in A.ALIASES.items():
+        assert f"{alias} = {key}" in help_text
+
+
+@pytest.mark.parametrize(
+    "cfg, overrides, field",
+    [
+        ({"train": {"lam": 0.1}, "dynamics": {"lam": 0.2}}, {}, "dynamics.lam"),
+        ({"sweep": {"train.eta": [0.1], "dynamics.eta": [0.2]}}, {}, "sweep.dynamics.eta"),
+        ({}, {"save.t1": 10, "train.steps": 20}, "save.t1"),
+    ],
+)
+def test_attention_refuses_an_alias_given_with_its_key(cfg, overrides, field):
+    from rankflow.attention import config as A
+
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve(cfg, overrides)
+    msg = str(e.value)
+    assert msg.startswith(f"{field}: another name for ") and "give only one" in msg, msg

@@ -11,35 +11,38 @@ Weight decay (THEORY.md conventions: the decay is ``−ηλθ`` per step) is set
 masks, structural), ``train.lam`` is their λ, and ``train.lam_<group>`` overrides it for
 one group. Groups outside ``train.decay`` are never decayed (their ``lam_<group>`` is 0
 in the results; setting it is an error).
+
+The quantities both families have take the core's names too (:data:`ALIASES`):
+``dynamics.lam`` is ``train.lam``, ``dynamics.eta`` is ``train.eta``, ``init.scale`` is
+``attention.init_scale``, ``save.t1`` is ``train.steps``, … in TOML, ``--set`` and
+``[sweep]``; results columns keep the canonical (``train.*``) names.
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import config as core
-from ..config import (
-    _BOOL,
-    _INT,
-    _LIST,
-    _NUM,
-    _STR,
-    ADAPTIVE_METHODS,
+from .. import schema as schema_lib
+from ..config import ADAPTIVE_METHODS
+from ..schema import (
+    BOOL,
+    INT,
+    LIST,
+    NUM,
+    STR,
     ConfigError,
     Field,
-    _ge,
-    _gt,
-    _one_of,
-    _suggest,
-    load_config,
+    choice,
+    ge,
+    gt,
+    suggest,
 )
 
 __all__ = [
+    "ALIASES",
     "ALL_KEYS",
     "DEFAULTS",
     "GROUPS",
@@ -47,6 +50,7 @@ __all__ = [
     "NUMERIC_KEYS",
     "SCHEMA",
     "TASK_KINDS",
+    "derive",
     "expand",
     "flatten",
     "lam_of",
@@ -54,6 +58,7 @@ __all__ = [
     "save_steps",
     "structure_key",
     "to_json",
+    "validate",
 ]
 
 # Parameter groups (see ``optimizers.group_of``): the key-query factors (and q/k biases),
@@ -76,16 +81,25 @@ NUMERIC_KEYS = (
 ) + tuple(f"train.lam_{g}" for g in GROUPS)
 
 
-def _choice(options):
-    """Like the core's one-of check, with a suggestion for a near miss."""
-    plain = _one_of(options)
-    return lambda v: plain(v) and plain(v) + _suggest(v, options)
+# The core family's names for the same quantities (one vocabulary across families): an
+# attention config may use either name; the canonical one below names the results
+# column, as it did before the aliases. Giving both is an error.
+ALIASES = {
+    "dynamics.lam": "train.lam",
+    "dynamics.eta": "train.eta",
+    "dynamics.mu": "train.mu",
+    "dynamics.batch": "train.batch",
+    "init.scale": "attention.init_scale",
+    "save.t1": "train.steps",
+    "save.rank_tol": "train.rank_tol",
+    "solver.diverge_norm": "train.diverge_norm",
+}
 
 
 def _groups(value: list[str]) -> str | None:
     for g in value:
         if g not in GROUPS:
-            return f"{g!r} is no parameter group{_suggest(g, GROUPS)}; groups: {', '.join(GROUPS)}"
+            return f"{g!r} is no parameter group{suggest(g, GROUPS)}; groups: {', '.join(GROUPS)}"
     if len(set(value)) < len(value):
         return "a group is listed twice"
     return None
@@ -98,57 +112,57 @@ def _fraction(v):
 SCHEMA: dict[str, dict[str, Field]] = {
     "": {
         "seed": Field(
-            _INT, 0, "PRNG seed: initialisation, minibatches, gradient flow's batch", _ge(0)
+            INT, 0, "PRNG seed: initialisation, minibatches, gradient flow's batch", ge(0)
         ),
-        "x64": Field(_BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
-        "name": Field(_STR, "", "free-form experiment name, copied to config.json"),
+        "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
+        "name": Field(STR, "", "free-form experiment name, copied to config.json"),
     },
     "attention": {
-        "D": Field(_INT, 32, "model width (residual stream)", _ge(1)),
-        "H": Field(_INT, 4, "heads per layer; d_h = D/H", _ge(1)),
-        "layers": Field(_INT, 2, "transformer blocks", _ge(1)),
-        "context": Field(_INT, 64, "rows of the learned position table (longest sequence)", _ge(1)),
-        "mlp_ratio": Field(_INT, 4, "MLP hidden width / D", _ge(1)),
-        "tied_embedding": Field(_BOOL, False, "token tasks: unembedding = embeddingᵀ"),
-        "qk_bias": Field(_BOOL, False, "biases on q and k (break the key-query product form)"),
-        "vo_bias": Field(_BOOL, False, "biases on v and the output (break value-output's)"),
+        "D": Field(INT, 32, "model width (residual stream)", ge(1)),
+        "H": Field(INT, 4, "heads per layer; d_h = D/H", ge(1)),
+        "layers": Field(INT, 2, "transformer blocks", ge(1)),
+        "context": Field(INT, 64, "rows of the learned position table (longest sequence)", ge(1)),
+        "mlp_ratio": Field(INT, 4, "MLP hidden width / D", ge(1)),
+        "tied_embedding": Field(BOOL, False, "token tasks: unembedding = embeddingᵀ"),
+        "qk_bias": Field(BOOL, False, "biases on q and k (break the key-query product form)"),
+        "vo_bias": Field(BOOL, False, "biases on v and the output (break value-output's)"),
         "init_scale": Field(
-            _NUM, 1.0, "attention factors start N(0, init_scale²/D) entrywise", _ge(0)
+            NUM, 1.0, "attention factors start N(0, init_scale²/D) entrywise", ge(0)
         ),
-        "bias_scale": Field(_NUM, 0.0, "std of the initial attention biases", _ge(0)),
+        "bias_scale": Field(NUM, 0.0, "std of the initial attention biases", ge(0)),
     },
     "task": {
-        "kind": Field(_STR, "char_lm", "what the transformer learns", _choice(TASK_KINDS)),
-        "seq_len": Field(_INT, 32, "char_lm: characters per input window", _ge(1)),
+        "kind": Field(STR, "char_lm", "what the transformer learns", choice(TASK_KINDS)),
+        "seq_len": Field(INT, 32, "char_lm: characters per input window", ge(1)),
         "val_fraction": Field(
-            _NUM, 0.1, "char_lm: the held-out last fraction of the corpus", _fraction
+            NUM, 0.1, "char_lm: the held-out last fraction of the corpus", _fraction
         ),
         "max_chars": Field(
-            _INT, None, "char_lm: use the first max_chars characters only", _ge(2), optional=True
+            INT, None, "char_lm: use the first max_chars characters only", ge(2), optional=True
         ),
-        "pairs": Field(_INT, 8, "associative_recall: key-value pairs per sequence", _ge(1)),
-        "keys": Field(_INT, 16, "associative_recall: key symbols", _ge(1)),
-        "values": Field(_INT, 16, "associative_recall: value symbols", _ge(1)),
+        "pairs": Field(INT, 8, "associative_recall: key-value pairs per sequence", ge(1)),
+        "keys": Field(INT, 16, "associative_recall: key symbols", ge(1)),
+        "values": Field(INT, 16, "associative_recall: value symbols", ge(1)),
         "points": Field(
-            _INT, 16, "in_context_regression: (x, y) pairs per sequence, query included", _ge(1)
+            INT, 16, "in_context_regression: (x, y) pairs per sequence, query included", ge(1)
         ),
-        "dim": Field(_INT, 4, "in_context_regression: dimension of x", _ge(1)),
-        "noise": Field(_NUM, 0.0, "in_context_regression: std of the label noise", _ge(0)),
-        "val_size": Field(_INT, 256, "sequences of the validation and train-eval sets", _ge(1)),
+        "dim": Field(INT, 4, "in_context_regression: dimension of x", ge(1)),
+        "noise": Field(NUM, 0.0, "in_context_regression: std of the label noise", ge(0)),
+        "val_size": Field(INT, 256, "sequences of the validation and train-eval sets", ge(1)),
     },
     "train": {
         "kind": Field(
-            _STR, "adamw", "optimizer, or full-batch gradient flow (diffrax)", _choice(KINDS)
+            STR, "adamw", "optimizer, or full-batch gradient flow (diffrax)", choice(KINDS)
         ),
-        "eta": Field(_NUM, 3e-3, "learning rate η (time is in optimizer steps)", _gt(0)),
-        "steps": Field(_INT, 1000, "optimizer steps (gradient flow: final time t1)", _ge(1)),
+        "eta": Field(NUM, 3e-3, "learning rate η (time is in optimizer steps)", gt(0)),
+        "steps": Field(INT, 1000, "optimizer steps (gradient flow: final time t1)", ge(1)),
         "batch": Field(
-            _INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", _ge(1)
+            INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", ge(1)
         ),
-        "eval_every": Field(_INT, 50, "steps between saves (observables and losses)", _ge(1)),
-        "lam": Field(_NUM, 0.1, "weight decay λ of the groups in train.decay", _ge(0)),
+        "eval_every": Field(INT, 50, "steps between saves (observables and losses)", ge(1)),
+        "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0)),
         "decay": Field(
-            _LIST,
+            LIST,
             DEFAULT_DECAY,
             f"decayed parameter groups, any of {', '.join(GROUPS)} (optax masks)",
             _groups,
@@ -156,38 +170,38 @@ SCHEMA: dict[str, dict[str, Field]] = {
         ),
         **{
             f"lam_{g}": Field(
-                _NUM,
+                NUM,
                 None,
                 f"λ of group {g} (default train.lam; needs {g} in train.decay)",
-                _ge(0),
+                ge(0),
                 optional=True,
             )
             for g in GROUPS
         },
-        "mu": Field(_NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", _gt(0)),
-        "b1": Field(_NUM, 0.9, "adamw: β₁", _fraction),
-        "b2": Field(_NUM, 0.999, "adamw: β₂", _fraction),
-        "eps": Field(_NUM, 1e-8, "adamw: ε", _gt(0)),
-        "rank_tol": Field(_NUM, 1e-3, "rank counts sv > rank_tol·sv_1", _gt(0)),
+        "mu": Field(NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", gt(0)),
+        "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
+        "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
+        "eps": Field(NUM, 1e-8, "adamw: ε", gt(0)),
+        "rank_tol": Field(NUM, 1e-3, "rank counts sv > rank_tol·sv_1", gt(0)),
         "diverge_norm": Field(
-            _NUM, 1e6, "a run with a parameter entry beyond this is marked diverged", _gt(0)
+            NUM, 1e6, "a run with a parameter entry beyond this is marked diverged", gt(0)
         ),
     },
     "solver": {
-        "method": Field(_STR, "tsit5", "gradient flow: adaptive diffrax solver", _choice(METHODS)),
-        "rtol": Field(_NUM, 1e-6, "gradient flow: relative tolerance", _gt(0)),
-        "atol": Field(_NUM, 1e-8, "gradient flow: absolute tolerance", _gt(0)),
-        "max_steps": Field(_INT, 100_000, "gradient flow: solver step budget", _ge(1)),
+        "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),
+        "rtol": Field(NUM, 1e-6, "gradient flow: relative tolerance", gt(0)),
+        "atol": Field(NUM, 1e-8, "gradient flow: absolute tolerance", gt(0)),
+        "max_steps": Field(INT, 100_000, "gradient flow: solver step budget", ge(1)),
     },
 }
 
-DEFAULTS: dict[str, Any] = core.defaults_of(SCHEMA)
-ALL_KEYS = core.keys_of(SCHEMA)
+DEFAULTS: dict[str, Any] = schema_lib.defaults_of(SCHEMA)
+ALL_KEYS = schema_lib.keys_of(SCHEMA)
 
 
 def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Nested config → ``{"train.lam": 0.1, ...}`` (the sweep table excluded)."""
-    return core.flatten(cfg, SCHEMA)
+    return schema_lib.flatten(cfg, SCHEMA)
 
 
 def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
@@ -200,8 +214,9 @@ def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
     return "task.points", task["points"]
 
 
-def _check_consistency(cfg: dict[str, Any]) -> None:
-    """Cross-field rules (single-field ones are in SCHEMA); fills each group's λ."""
+def validate(cfg: Mapping[str, Any]) -> None:
+    """Check one point's cross-field rules (single-field ones are in SCHEMA). Raises
+    ConfigError naming the field; changes nothing."""
     a, t, tr = cfg["attention"], cfg["task"], cfg["train"]
     if a["D"] % a["H"]:
         divisors = ", ".join(str(h) for h in range(1, a["D"] + 1) if a["D"] % h == 0)
@@ -253,17 +268,25 @@ def _check_consistency(cfg: dict[str, Any]) -> None:
             f"multiples), got {tr['eval_every']}"
         )
     for g in GROUPS:
-        key = f"lam_{g}"
-        if g in tr["decay"]:
-            if tr[key] is None:
-                tr[key] = tr["lam"]
-        elif tr[key] is None or tr[key] == 0:
-            tr[key] = 0.0
-        else:
+        lam = tr[f"lam_{g}"]
+        if g not in tr["decay"] and lam is not None and lam != 0:
             raise ConfigError(
                 f"train.lam_{g}: group {g!r} is not in train.decay = {tr['decay']}, so it is "
                 f"not decayed; add it to train.decay or drop train.lam_{g}"
             )
+
+
+def derive(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill a validated point's derived values in place: each group's λ (``train.lam``
+    for decayed groups without their own, 0 for the others). Returns the point."""
+    tr = cfg["train"]
+    for g in GROUPS:
+        key = f"lam_{g}"
+        if g not in tr["decay"]:
+            tr[key] = 0.0
+        elif tr[key] is None:
+            tr[key] = tr["lam"]
+    return cfg
 
 
 def lam_of(point: Mapping[str, Any]) -> dict[str, float]:
@@ -274,33 +297,22 @@ def lam_of(point: Mapping[str, Any]) -> dict[str, float]:
 def resolve(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Load, override, fill defaults and validate (every sweep point too). Returns the
-    resolved base config; its ``sweep`` table is validated but not expanded."""
-    raw = load_config(source)
-    for key, value in (overrides or {}).items():
-        core._set_dotted(raw, key, value, SCHEMA)
-    cfg = core._merge_defaults(raw, None, SCHEMA)
-    core._check_sweep(cfg["sweep"], SCHEMA)
-    expand(cfg)  # every point is checked now, before anything compiles
-    if not cfg["sweep"]:
-        _check_consistency(cfg)  # fills each group's λ in the saved config
-    return cfg
+    """Load, rename aliases (:data:`ALIASES`), override, fill defaults and validate every
+    point of the sweep. Returns the base config, holding the derived values every point
+    shares (each group's λ, unless the sweep varies it); its ``sweep`` table is validated
+    but not expanded."""
+    cfg = schema_lib.read_config(source, overrides, SCHEMA, ALIASES)
+    points = expand(cfg)  # every point is checked now, before anything compiles
+    return schema_lib.shared_base(cfg, points, SCHEMA)
 
 
 def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The product of the sweep lists (first key slowest): one resolved point each,
+    """The product of the sweep lists (first key slowest): one validated point each,
     with every group's λ filled in."""
-    sweep = cfg.get("sweep") or {}
-    keys = list(sweep)
-    points = []
-    for values in itertools.product(*(sweep[k] for k in keys)):
-        point = copy.deepcopy({k: v for k, v in cfg.items() if k != "sweep"})
-        for k, v in zip(keys, values):
-            core._set_dotted(point, k, copy.deepcopy(v), SCHEMA)
-        point["sweep"] = {}
-        _check_consistency(point)
-        points.append(point)
-    return points
+    points = schema_lib.sweep_points(cfg, SCHEMA)
+    for point in points:
+        validate(point)
+    return [derive(point) for point in points]
 
 
 def structure_key(point: Mapping[str, Any]) -> str:
@@ -323,4 +335,4 @@ def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def keys_help() -> str:
     """Every key with its default and meaning (``rankflow attention train --help``)."""
-    return core.keys_help(SCHEMA, NUMERIC_KEYS)
+    return schema_lib.keys_help(SCHEMA, NUMERIC_KEYS, ALIASES)

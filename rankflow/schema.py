@@ -1,0 +1,432 @@
+"""The config language every experiment family uses.
+
+A family describes its config by a *schema*: sections of named :class:`Field` s, each
+with its types, default, meaning and single-field check. From a schema this module
+derives everything that is the same across families: defaults, dotted keys
+(``"dynamics.lam"``, used alike in TOML, ``--set``, ``[sweep]`` and results columns),
+type and range checks with a did-you-mean for unknown keys, ``--set`` parsing, the
+``[sweep]`` table and its product, documented aliases, and ``--help`` text. Every error
+is a :class:`ConfigError` whose one-line message starts with the field it names.
+
+A family adds what only it knows: cross-field rules (a pure validation of one point)
+and derived values (filled into each point after validation); see
+:func:`rankflow.config.validate` and :func:`rankflow.config.derive`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BOOL",
+    "INT",
+    "LIST",
+    "NUM",
+    "STR",
+    "ConfigError",
+    "Field",
+    "Schema",
+    "aliases_help",
+    "check_sweep",
+    "check_value",
+    "choice",
+    "defaults_of",
+    "field",
+    "flatten",
+    "ge",
+    "get_dotted",
+    "gt",
+    "keys_help",
+    "keys_of",
+    "load_config",
+    "merge_defaults",
+    "one_of",
+    "parse_set",
+    "read_config",
+    "set_dotted",
+    "shared_base",
+    "suggest",
+    "sweep_points",
+    "unalias",
+]
+
+
+class ConfigError(ValueError):
+    """A config value is missing, unknown, of the wrong type or out of range."""
+
+
+# --- fields ----------------------------------------------------------------------------
+
+INT = (int,)
+NUM = (int, float)
+STR = (str,)
+BOOL = (bool,)
+LIST = (list, tuple)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config key: accepted types, default, meaning (for ``--help``) and check."""
+
+    types: tuple[type, ...]
+    default: Any
+    doc: str
+    check: Callable[[Any], str | None] | None = None  # returns an error text or None
+    optional: bool = False  # None allowed
+    items: tuple[type, ...] = (int, float)  # element types of a list value
+    callables: bool = False  # a Python callable is taken as is (the Python API)
+
+
+Schema = Mapping[str, Mapping[str, Field]]
+
+
+def ge(lo):
+    """Check: value ≥ lo."""
+    return lambda v: None if v >= lo else f"must be ≥ {lo}"
+
+
+def gt(lo):
+    """Check: value > lo."""
+    return lambda v: None if v > lo else f"must be > {lo}"
+
+
+def one_of(options):
+    """Check: value is one of ``options``."""
+    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
+
+
+def choice(options):
+    """Like :func:`one_of`, with a suggestion for a near miss."""
+    plain = one_of(options)
+    return lambda v: plain(v) and plain(v) + suggest(v, options)
+
+
+def suggest(name: str, options) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options``, or an empty string."""
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def defaults_of(schema: Schema) -> dict[str, Any]:
+    """The config of a schema's defaults (top-level keys, sections, an empty sweep)."""
+    out: dict[str, Any] = {k: f.default for k, f in schema[""].items()}
+    out.update({sec: {k: f.default for k, f in fs.items()} for sec, fs in schema.items() if sec})
+    out["sweep"] = {}
+    return out
+
+
+def keys_of(schema: Schema) -> tuple[str, ...]:
+    """A schema's dotted keys, in schema order."""
+    return tuple(f"{s}.{k}" if s else k for s, fs in schema.items() for k in fs)
+
+
+def field(key: str, schema: Schema) -> Field:
+    """The field of a dotted key; an unknown key is a ConfigError with a suggestion."""
+    sec, _, name = key.rpartition(".")
+    try:
+        return schema[sec][name]
+    except KeyError:
+        raise ConfigError(f"{key}: unknown key{suggest(key, keys_of(schema))}") from None
+
+
+def check_value(key: str, value: Any, schema: Schema) -> Any:
+    """A single value checked against its field: type, finiteness, range. Returns it
+    normalised (numbers of float fields as floats, sequences as lists)."""
+    f = field(key, schema)
+    if value is None:
+        if f.optional:
+            return None
+        raise ConfigError(f"{key}: a value is required")
+    if f.callables and callable(value):
+        return value
+    # bool is an int in Python: keep the two apart.
+    if isinstance(value, bool) and bool not in f.types:
+        raise ConfigError(f"{key}: expected {_typename(f.types)}, got a boolean {value!r}")
+    if not isinstance(value, f.types) and not (float in f.types and isinstance(value, int)):
+        raise ConfigError(
+            f"{key}: expected {_typename(f.types)}, got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: must be finite, got {value!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float in f.types:
+        value = float(value)
+    if isinstance(value, (list, tuple)):
+        value = _check_items(key, list(value), f.items)
+    if f.check is not None:
+        err = f.check(value)
+        if err:
+            raise ConfigError(f"{key}: {err}, got {value!r}")
+    return value
+
+
+def _check_items(key: str, value: list, items: tuple[type, ...]) -> list:
+    if items != (int, float):
+        for v in value:
+            if not isinstance(v, items) or (isinstance(v, bool) and bool not in items):
+                what = _typename(items).removeprefix("a ").removeprefix("an ")
+                raise ConfigError(f"{key}: expected a list of {what}s, got {v!r}")
+        return value
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"{key}: expected a list of finite numbers, got {v!r}")
+    return [float(v) for v in value]
+
+
+def _typename(types) -> str:
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        list: "a list",
+        tuple: "a list",
+    }
+    if float in types:
+        types = tuple(t for t in types if t is not int)
+    return " or ".join(dict.fromkeys(names[t] for t in types if t in names))
+
+
+def keys_help(
+    schema: Schema, numeric_keys: tuple[str, ...], aliases: Mapping[str, str] | None = None
+) -> str:
+    """Every key of a schema with its default and meaning (``--help`` epilogues)."""
+    lines = [
+        "config keys (TOML section.key = default: meaning); numeric keys marked * "
+        "can be swept without recompiling:"
+    ]
+    for sec, fields in schema.items():
+        for name, f in fields.items():
+            key = f"{sec}.{name}" if sec else name
+            star = "*" if key in numeric_keys else " "
+            lines.append(f"  {star}{key} = {f.default!r}: {f.doc}")
+    lines.append('  [sweep] "section.key" = [values, ...]: runs the product of the lists')
+    if aliases:
+        lines.append(aliases_help(aliases))
+    return "\n".join(lines)
+
+
+def aliases_help(aliases: Mapping[str, str]) -> str:
+    """The aliases of a schema, one line each (``alias = canonical``)."""
+    lines = ["aliases (alias = key: accepted wherever the key is; columns use the key):"]
+    lines += [f"   {alias} = {canonical}" for alias, canonical in aliases.items()]
+    return "\n".join(lines)
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """A config as a nested dict, from a TOML path or a mapping (copied)."""
+    if isinstance(source, Mapping):
+        return copy.deepcopy(dict(source))
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"config: no such file {str(path)!r}")
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config: {path} is not valid TOML: {e}") from None
+
+
+def parse_set(assignments: list[str]) -> dict[str, Any]:
+    """``["dynamics.lam=0.1", "save.ts=[0, 10]"]`` → ``{"dynamics.lam": 0.1, ...}``.
+
+    Values are TOML literals; anything that is not one is taken as a string.
+    """
+    out = {}
+    for a in assignments:
+        key, eq, raw = a.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"--set: expected key=value, got {a!r}")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out[key] = value
+    return out
+
+
+def set_dotted(cfg: dict, key: str, value: Any, schema: Schema) -> None:
+    """Set ``cfg[section][name]`` (or ``cfg["sweep"][key]`` for ``"sweep.key"``); an
+    unknown key is a ConfigError with a suggestion."""
+    if key.startswith("sweep."):
+        cfg.setdefault("sweep", {})[key[len("sweep.") :]] = value
+        return
+    sec, _, name = key.rpartition(".")
+    field(key, schema)
+    (cfg.setdefault(sec, {}) if sec else cfg)[name] = value
+
+
+def get_dotted(cfg: Mapping, key: str) -> Any:
+    """``cfg[section][name]`` of a dotted key."""
+    sec, _, name = key.rpartition(".")
+    return (cfg[sec] if sec else cfg)[name]
+
+
+def flatten(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+    """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
+    return {key: get_dotted(cfg, key) for key in keys_of(schema)}
+
+
+# --- aliases ---------------------------------------------------------------------------
+
+
+def _canonical(key: str, aliases: Mapping[str, str]) -> str:
+    if key.startswith("sweep."):
+        return "sweep." + aliases.get(key[len("sweep.") :], key[len("sweep.") :])
+    return aliases.get(key, key)
+
+
+def _rename_flat(table: Mapping[str, Any], aliases: Mapping[str, str], where: str) -> dict:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        canonical = _canonical(key, aliases)
+        if canonical != key and canonical in table:
+            raise ConfigError(
+                f"{where}{key}: another name for {where}{canonical}, which is given too; "
+                "give only one"
+            )
+        out[canonical] = value
+    return out
+
+
+def unalias(
+    raw: dict[str, Any], overrides: Mapping[str, Any], aliases: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A raw config and its overrides with every alias key renamed to its canonical key.
+    An alias given alongside its canonical key (in the same table) is a ConfigError."""
+    overrides = _rename_flat(overrides, aliases, "")
+    if not aliases:
+        return raw, overrides
+    for alias, canonical in aliases.items():
+        sec, _, name = alias.rpartition(".")
+        table = raw.get(sec) if sec else raw
+        if not isinstance(table, dict) or name not in table:
+            continue
+        value = table.pop(name)
+        if sec and not table:
+            del raw[sec]
+        csec, _, cname = canonical.rpartition(".")
+        target = raw.setdefault(csec, {}) if csec else raw
+        if isinstance(target, dict) and cname in target:
+            raise ConfigError(
+                f"{alias}: another name for {canonical}, which is given too; give only one"
+            )
+        if isinstance(target, dict):
+            target[cname] = value
+    if isinstance(raw.get("sweep"), Mapping):
+        raw["sweep"] = _rename_flat(raw["sweep"], aliases, "sweep.")
+    return raw, overrides
+
+
+# --- resolution ------------------------------------------------------------------------
+
+
+def merge_defaults(raw: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+    """The schema's defaults updated with a raw config, every value checked alone."""
+    cfg = copy.deepcopy(defaults_of(schema))
+    for key, value in raw.items():
+        if key == "sweep":
+            if not isinstance(value, Mapping):
+                raise ConfigError("sweep: expected a table of key = [values]")
+            cfg["sweep"] = dict(value)
+        elif key in schema and key:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{key}: expected a table, got {value!r}")
+            for name, v in value.items():
+                cfg[key][name] = check_value(f"{key}.{name}", v, schema)
+        elif key in schema[""]:
+            cfg[key] = check_value(key, value, schema)
+        else:
+            known = keys_of(schema) + tuple(schema)
+            raise ConfigError(f"{key}: unknown key{suggest(key, known)}")
+    return cfg
+
+
+def check_sweep(sweep: dict[str, Any], schema: Schema) -> None:
+    """Validate a ``[sweep]`` table in place: known, sweepable keys, each with a
+    non-empty list of valid values."""
+    for key, values in sweep.items():
+        field(key, schema)
+        if key in ("x64", "name"):
+            raise ConfigError(
+                f"sweep.{key}: not sweepable; sweepable keys are the others of "
+                f"{', '.join(keys_of(schema))}"
+            )
+        if not isinstance(values, list) or len(values) == 0:
+            raise ConfigError(f"sweep.{key}: expected a non-empty list of values, got {values!r}")
+        sweep[key] = [check_value(key, v, schema) for v in values]
+
+
+def read_config(
+    source: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | None,
+    schema: Schema,
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Load a config, rename its aliases, apply the dotted-key overrides, fill the
+    defaults and check every value alone and the ``[sweep]`` table (not expanded; no
+    cross-field rule applied)."""
+    raw, overrides = unalias(load_config(source), overrides or {}, aliases or {})
+    for key, value in overrides.items():
+        set_dotted(raw, key, value, schema)
+    cfg = merge_defaults(raw, schema)
+    check_sweep(cfg["sweep"], schema)
+    return cfg
+
+
+def _copy(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+    """A deep copy that shares callables (a custom loss keeps its identity, and with it
+    its compiled program)."""
+    shared = {k: v for k, v in flatten(cfg, schema).items() if callable(v)}
+    out = copy.deepcopy(dict(cfg))
+    for k, v in shared.items():
+        set_dotted(out, k, v, schema)
+    return out
+
+
+def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]:
+    """The product of the sweep lists: one config per point, in row-major order of the
+    ``[sweep]`` table (the first key varies slowest), with an empty sweep. Points are
+    copies, except callables (a custom loss), which all points share."""
+    sweep = cfg.get("sweep") or {}
+    keys = list(sweep)
+    points = []
+    for values in itertools.product(*(sweep[k] for k in keys)):
+        point = _copy({k: v for k, v in cfg.items() if k != "sweep"}, schema)
+        for k, v in zip(keys, values):
+            set_dotted(point, k, copy.deepcopy(v), schema)
+        point["sweep"] = {}
+        points.append(point)
+    return points
+
+
+def shared_base(
+    cfg: Mapping[str, Any], points: list[Mapping[str, Any]], schema: Schema
+) -> dict[str, Any]:
+    """``cfg`` with every key the sweep does not vary set to the value all ``points``
+    share, where they share one: the saved config then holds the derived values (a
+    diagonal problem's m, the solver's default method, ...) that every run used, however
+    the sweep is made. A key whose derived value differs between points keeps its given
+    value; the points hold theirs."""
+    out = _copy(cfg, schema)
+    if not points:
+        return out
+    swept = set(cfg.get("sweep") or {})
+    flats = [flatten(p, schema) for p in points]
+    for key, value in flats[0].items():
+        if key in swept or value == get_dotted(cfg, key):
+            continue
+        if all(f[key] == value for f in flats[1:]):
+            set_dotted(out, key, value, schema)
+    return out
