@@ -19,6 +19,7 @@ import pytest
 
 from rankflow import compare as compare_lib
 from rankflow import optimizers, simulate, theory
+from rankflow.compare import run as compare_run
 from rankflow.reproduce import discrete
 
 MUTANT_CLAIMS = (
@@ -208,7 +209,7 @@ def _t6(**change):
     return t6
 
 
-_FLOW_CONFIG = compare_lib._flow_config
+_FLOW_CONFIG = compare_run.flow_config
 
 
 def _noisier_flow(cfg, solver_set):
@@ -237,7 +238,7 @@ def sgf_mean(sgd_tables):
             if where == "theory":
                 m.setattr(theory, "sgf_mean_balance_trace", wrong)
             else:
-                m.setattr(compare_lib, "_flow_config", wrong)
+                m.setattr(compare_run, "flow_config", wrong)
             sde = compare_lib.compare(SGD)["sde"]
         claim = discrete.sgf_mean_claim(sde)
         assert claim.verdict == "fail", (name, claim.measurement)

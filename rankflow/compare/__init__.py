@@ -1,0 +1,49 @@
+"""``rankflow compare``: a discrete optimizer next to the flow it discretises.
+
+A config names a discrete optimizer (``dynamics.kind`` in ``config.FLOW_OF``: gd,
+sgd_gaussian, momentum, momentum_coupled) with its problem, init and hyperparameters.
+:func:`compare` runs the optimizer and its flow (``FLOW_OF[kind]``) on the same problem,
+start and hyperparameters (same seed ⇒ same data and start) through
+``simulate.program_for(point, save="states")``, and measures, with time t in optimizer
+steps (step k against the flow at t = k):
+
+1. ``trajectory``: ‖θ_k − θ(k)‖_F with θ = (A, B) concatenated (THEORY.md T8). For
+   sgd_gaussian against the stochastic flow the two paths use different noise, so the
+   distance is that of the *means over paths*, next to the Monte Carlo floor it would
+   have if the true means were equal.
+2. ``contraction`` (gd only): the per-step ratio ‖D_{k+1}‖_F/‖D_k‖_F, ``D = AᵀA − BᵀB``,
+   at every step of a window, next to the exact one-step prediction of T5
+   (``theory.gd_balance_step`` with ``G = ∇L(A_kB_kᵀ)``), its leading factor (1 − ηλ)²
+   and the gradient-flow factor e^{−2ηλ} (T4).
+3. ``order`` (deterministic pairs): η, η/2, …, η/2^h with the horizon fixed in units of
+   ηt (steps doubled at each halving; for momentum μ is halved with η, which keeps the
+   flow's path in ηt fixed); the distance at the horizon and the fitted order
+   (``theory.convergence_order``, T8: expect 1).
+4. ``sde`` (sgd_gaussian): mean, std, 10–90% quantiles and Monte Carlo standard error
+   of ``balance_trace`` = tr D over ``dynamics.paths`` paths for the optimizer and the
+   stochastic flow, next to the closed form of T6 (``theory.sgf_mean_balance_trace``).
+
+The flow is solved as the config's ``[solver]`` says; unset, ODE flows use adaptive
+tsit5 and the stochastic flow fixed-step ShARK with dt = 0.1.
+
+Options of the comparison itself are the keys of :data:`OPTIONS`, given as
+``--set compare.KEY=VALUE``, ``overrides={"compare.KEY": value}``, or a ``[compare]``
+table of the config (a config with that table is for ``rankflow compare`` only).
+Tables (columns in :data:`COLUMNS`) are written as parquet and CSV, with ``summary.md``
+and ``config.json``; figures are the caller's (``rankflow compare`` passes
+``figures=rankflow.plots.write_compare_figures``: one PNG per table). Nothing here draws.
+
+Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.run` (the two configs, their
+runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their columns),
+:mod:`.summary` (``summary.md``).
+"""
+
+from .options import OPTIONS as OPTIONS
+from .options import Options as Options
+from .run import compare as compare
+from .run import write as write
+from .summary import summary as summary
+from .tables import COLUMNS as COLUMNS
+from .tables import SETTING as SETTING
+
+__all__ = ["COLUMNS", "OPTIONS", "compare", "write"]

@@ -1,0 +1,269 @@
+"""Running a comparison: the optimizer's config and its flow's, the saves and runs each
+needs, the two programs, their tables, and the files they are written to."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import config as config_lib
+from ..config import ConfigError
+from ..simulate import PARAM_KEYS, Program, params_of, program_for
+from .options import Options, split_options
+from .summary import summary
+from .tables import (
+    contraction_table,
+    order_table,
+    save_index,
+    sde_table,
+    setting_of,
+    trajectory_table,
+)
+
+__all__ = ["compare", "flow_config", "write"]
+
+Figures = Callable[[Mapping[str, pd.DataFrame], Path], Any]
+
+
+# --- the two configs --------------------------------------------------------------------
+
+
+def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
+    """``cfg`` with its flow in place of the optimizer; solver keys the user did not set
+    take the flow's defaults (fixed-step ShARK with dt = 0.1 for the stochastic flow)."""
+    flow = copy.deepcopy(cfg)
+    kind = config_lib.FLOW_OF[cfg["dynamics"]["kind"]]
+    flow["dynamics"]["kind"] = kind
+    solver = flow["solver"]
+    for key in ("method", "adaptive"):
+        if key not in solver_set:
+            solver[key] = None
+    if kind in config_lib.SDE_DYNAMICS:
+        if "method" not in solver_set:
+            solver["method"] = "shark"
+        if "dt" not in solver_set:
+            solver["dt"] = 0.1
+    return config_lib.resolve(flow)
+
+
+def _resolve(
+    config: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any], Options]:
+    """The optimizer's resolved config, its flow's (:func:`flow_config`) and the compare
+    options; sgd_gaussian with one path gets ``options.paths``."""
+    raw = config_lib.load_config(config)
+    options, rest = split_options(raw, overrides)
+    solver_set = set((raw.get("solver") or {}).keys())
+    solver_set |= {k.split(".", 1)[1] for k in rest if k.startswith("solver.")}
+    cfg = config_lib.resolve(raw, rest)
+    kind = cfg["dynamics"]["kind"]
+    if kind not in config_lib.FLOW_OF:
+        raise ConfigError(
+            f"dynamics.kind: compare needs a discrete optimizer with a flow counterpart, "
+            f"one of {', '.join(config_lib.FLOW_OF)}; got {kind!r}"
+        )
+    if cfg["sweep"]:
+        raise ConfigError(
+            f"sweep: compare runs one point, not a sweep (over {', '.join(cfg['sweep'])}); "
+            "remove [sweep] or use --set KEY=VALUE"
+        )
+    if kind == "sgd_gaussian" and cfg["dynamics"]["paths"] == 1:
+        cfg["dynamics"]["paths"] = options.paths
+    return cfg, flow_config(cfg, solver_set), options
+
+
+# --- what to run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The whole steps each table reads and the runs of both programs."""
+
+    ts: list[int]  # the config's save times
+    order_t1: int
+    horizons: list[int]  # order: the horizon of run j (deterministic pairs)
+    window: list[int]  # contraction: the steps of the window (gd)
+    runs: list[dict[str, Any]]  # changes to the point's parameters, one per run
+
+
+def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
+    """What a comparison of ``cfg`` runs: paths of sgd_gaussian, or η/2^j for the order."""
+    kind, d = cfg["dynamics"]["kind"], cfg["dynamics"]
+    stochastic = kind == "sgd_gaussian"
+    ts = [int(round(t)) for t in config_lib.save_times(cfg)]
+    order_t1 = options.order_t1 if options.order_t1 is not None else int(round(ts[-1]))
+    horizons = [] if stochastic else [order_t1 * 2**j for j in range(options.halvings + 1)]
+    window = []
+    if kind == "gd":
+        window = list(range(options.window_start, options.window_start + options.window + 1))
+    if stochastic:
+        runs = [{"path": p} for p in range(d["paths"])]
+    else:
+        # Run j has η/2^j (and μ/2^j for momentum): the flow's path in ηt is unchanged.
+        scale_mu = kind in config_lib.MOMENTUM_DYNAMICS
+        runs = [
+            {
+                "dynamics.eta": d["eta"] / 2**j,
+                "dynamics.mu": d["mu"] / 2**j if scale_mu else d["mu"],
+            }
+            for j in range(options.halvings + 1)
+        ]
+    return _Plan(ts, order_t1, horizons, window, runs)
+
+
+def _with_saves(cfg: Mapping[str, Any], ts: list[int]) -> dict[str, Any]:
+    """The point of ``cfg`` saving at the whole steps ``ts`` (validated again)."""
+    point = copy.deepcopy(dict(cfg))
+    point["save"] = dict(point["save"], ts=[float(t) for t in ts])
+    return config_lib.expand(config_lib.resolve(point))[0]
+
+
+def _run(
+    program: Program, point: Mapping[str, Any], runs: list[dict[str, Any]]
+) -> dict[str, np.ndarray]:
+    """Run ``program`` over ``runs`` (each: changes to the point's parameters, e.g.
+    ``{"path": 3}``); returns A, B as float64 ``(runs, saves, ·, ·)`` and status."""
+    rows = [params_of(point, 0) | r for r in runs]
+    out = program.run({k: np.array([r[k] for r in rows]) for k in PARAM_KEYS})
+    A, B = out["theta"]
+    return {
+        "A_raw": A,
+        "B_raw": B,
+        "A": A.astype(np.float64),
+        "B": B.astype(np.float64),
+        "status": out["status"],
+    }
+
+
+# --- the comparison ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of a comparison (the optimizer or its flow): its point, its compiled
+    program and the states of its runs (:func:`_run`)."""
+
+    point: dict[str, Any]
+    program: Program
+    states: dict[str, np.ndarray]
+
+
+def _run_both(cfg: dict[str, Any], flow_cfg: dict[str, Any], plan: _Plan) -> tuple[_Side, _Side]:
+    """The optimizer and its flow, each run over ``plan.runs``; the optimizer also saves
+    the contraction window, both save the order's horizons."""
+    opt_point = _with_saves(cfg, sorted({0, *plan.ts, *plan.horizons, *plan.window}))
+    flow_point = _with_saves(flow_cfg, sorted({0, *plan.ts, *plan.horizons}))
+    opt_prog = program_for(opt_point, save="states")
+    flow_prog = program_for(flow_point, save="states")
+    opt = _Side(opt_point, opt_prog, _run(opt_prog, opt_point, plan.runs))
+    flow = _Side(flow_point, flow_prog, _run(flow_prog, flow_point, plan.runs))
+    return opt, flow
+
+
+def _tables(
+    cfg: dict[str, Any], flow_cfg: dict[str, Any], plan: _Plan, opt: _Side, flow: _Side
+) -> dict[str, pd.DataFrame]:
+    """The tables of a comparison: trajectory always, contraction for gd, order for
+    deterministic pairs, sde for sgd_gaussian."""
+    m, n = opt.program.problem.shape
+    setting = setting_of(cfg, flow_cfg, m, n)
+    kind, ts, horizons = cfg["dynamics"]["kind"], plan.ts, plan.horizons
+    stochastic = kind == "sgd_gaussian"
+    i_opt, i_flow = save_index(opt.program, ts), save_index(flow.program, ts)
+    tables = {
+        "trajectory": trajectory_table(
+            setting, ts, opt.states, flow.states, i_opt, i_flow, stochastic
+        )
+    }
+    if kind == "gd":
+        tables["contraction"] = contraction_table(
+            setting, opt.program, opt.point, opt.states, plan.window
+        )
+    if not stochastic:
+        h_opt, h_flow = save_index(opt.program, horizons), save_index(flow.program, horizons)
+        tables["order"] = order_table(
+            setting, plan.runs, horizons, opt.states, flow.states, h_opt, h_flow
+        )
+    else:
+        tables["sde"] = sde_table(setting, ts, opt.states, flow.states, i_opt, i_flow, cfg, m, n)
+    return tables
+
+
+def compare(
+    config: str | Path | Mapping[str, Any],
+    out: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    figures: Figures | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Run a discrete optimizer and its flow on the same problem, start and
+    hyperparameters, and measure how they differ (module docstring, THEORY.md T4–T6, T8).
+
+    Args:
+      config: a TOML path or nested dict naming a discrete optimizer with a flow
+        counterpart (``dynamics.kind`` in ``config.FLOW_OF``), without a ``[sweep]``;
+        an optional ``[compare]`` table sets :data:`OPTIONS`.
+      out: a directory to write the tables (``NAME.parquet``, ``NAME.csv``),
+        ``summary.md`` and ``config.json`` into.
+      overrides: dotted keys, e.g. ``{"dynamics.lam": 0.1, "compare.window": 20}``.
+      figures: ``figures(tables, out)`` draws the tables' figures into ``out`` (with
+        ``out``), e.g. ``rankflow.plots.write_compare_figures`` (``NAME.png``, as
+        ``rankflow compare`` does); ``summary.md`` then lists them.
+
+    Returns:
+      ``{"trajectory", "contraction" (gd), "order" (deterministic pairs), "sde"
+      (sgd_gaussian)}`` → DataFrames with the columns of :data:`COLUMNS`.
+
+    Raises:
+      ConfigError: on an invalid config or option, or a dynamics without a flow.
+    """
+    t_start = time.perf_counter()
+    cfg, flow_cfg, options = _resolve(config, overrides)
+    plan = _plan(cfg, options)
+    opt, flow = _run_both(cfg, flow_cfg, plan)
+    tables = _tables(cfg, flow_cfg, plan, opt, flow)
+    if out is not None:
+        meta = {
+            "optimizer": config_lib.to_json(cfg),
+            "flow": config_lib.to_json(flow_cfg),
+            "compare": asdict(options) | {"order_t1": plan.order_t1},
+            "seconds": round(time.perf_counter() - t_start, 2),
+        }
+        write(out, tables, meta, figures)
+    return tables
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def write(
+    out: str | Path,
+    tables: Mapping[str, pd.DataFrame],
+    meta: Mapping[str, Any],
+    figures: Figures | None = None,
+) -> Path:
+    """Write ``tables`` (parquet, CSV), their figures (``figures(tables, out)``, when
+    given), ``summary.md`` and ``config.json`` (``meta`` plus versions and devices) into
+    the directory ``out``."""
+    from ..store import provenance
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in tables.items():
+        df.to_parquet(out / f"{name}.parquet", index=False)
+        df.to_csv(out / f"{name}.csv", index=False)
+    if figures is not None:
+        figures(tables, out)
+    (out / "summary.md").write_text(summary(tables, meta, figures=figures is not None))
+    (out / "config.json").write_text(
+        json.dumps(dict(meta) | provenance(), indent=2, default=str) + "\n"
+    )
+    return out

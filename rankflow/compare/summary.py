@@ -1,0 +1,182 @@
+"""``summary.md`` of a comparison: its measured numbers as Markdown, one section per
+table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..config import MOMENTUM_DYNAMICS
+
+__all__ = ["summary"]
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}" if np.isfinite(x) else "nan"
+
+
+def summary(
+    tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any], *, figures: bool = True
+) -> str:
+    """The measured numbers of a comparison, as Markdown (its file list naming
+    ``NAME.png`` when ``figures``)."""
+    traj = tables["trajectory"]
+    s = traj.iloc[0]
+    lines = _header(s, meta) + _trajectory_section(traj)
+    if "contraction" in tables:
+        lines += _contraction_section(tables["contraction"])
+    if "order" in tables:
+        lines += _order_section(tables["order"], momentum=s["dynamics.kind"] in MOMENTUM_DYNAMICS)
+    if "sde" in tables:
+        lines += _sde_section(tables["sde"], s)
+    return "\n".join(lines + _files_section(tables, figures))
+
+
+def _header(s: pd.Series, meta: Mapping[str, Any]) -> list[str]:
+    """The title and the paragraph stating the problem, start, hyperparameters, solver
+    and run time (``s``: a row of the trajectory table)."""
+    opt, flow = meta["optimizer"], meta["flow"]
+    solver = flow["solver"]
+    solve = (
+        f"{solver['method']}, adaptive (rtol {solver['rtol']:g}, atol {solver['atol']:g})"
+        if solver["adaptive"]
+        else f"{solver['method']}, fixed dt = {solver['dt']:g}"
+    )
+    return [
+        f"# rankflow compare: {s['dynamics.kind']} vs {s['flow.kind']}",
+        "",
+        f"Problem {s['problem.kind']} ({s['problem.m']}×{s['problem.n']}), r = {s['model.r']}, "
+        f"init {opt['init']['kind']} (scale {opt['init']['scale']:g}), seed {opt['seed']}, "
+        f"η = {s['dynamics.eta']:g}, λ = {s['dynamics.lam']:g}"
+        + (f", σ = {s['dynamics.sigma']:g}" if s["dynamics.kind"] == "sgd_gaussian" else "")
+        + (f", μ = {s['dynamics.mu']:g}" if s["dynamics.kind"] in MOMENTUM_DYNAMICS else "")
+        + f", {'float64' if s['x64'] else 'float32'}. Flow solver: {solve}. "
+        f"Time t is in optimizer steps; step k is compared with the flow at t = k. "
+        f"Run time {meta.get('seconds', float('nan')):.1f} s.",
+    ]
+
+
+def _trajectory_section(traj: pd.DataFrame) -> list[str]:
+    """The largest and the last distance, the Monte Carlo floor (stochastic pairs) and
+    the first save that is not ok."""
+    i_max = int(traj["distance"].fillna(-1).to_numpy().argmax())
+    last = traj.iloc[-1]
+    what = (
+        "‖mean θ_k − mean θ(k)‖_F, the distance of the means over paths (single paths "
+        "use different noise)"
+        if last["measure"] != "paths"
+        else "‖θ_k − θ(k)‖_F, θ = (A, B)"
+    )
+    text = (
+        f"{what}: largest {_g(traj['distance'].iloc[i_max])} at t = {traj['t'].iloc[i_max]:g} "
+        f"(relative {_g(traj['relative_distance'].iloc[i_max])}); at t = {last['t']:g}: "
+        f"{_g(last['distance'])} (relative {_g(last['relative_distance'])})."
+    )
+    if np.isfinite(last["mc_floor"]):
+        text += (
+            f" Monte Carlo floor (distance expected if the means were equal) at "
+            f"t = {last['t']:g}: {_g(last['mc_floor'])}; the ratio distance/floor has median "
+            f"{_g(float(np.nanmedian(traj['distance'] / traj['mc_floor'])))}."
+        )
+    lines = ["", "## Trajectory distance", "", text]
+    bad = traj[(traj["optimizer.status"] != "ok") | (traj["flow.status"] != "ok")]
+    if len(bad):
+        lines.append(f"Not ok from t = {bad['t'].iloc[0]:g} on (diverged or max_steps).")
+    return lines
+
+
+def _contraction_section(c: pd.DataFrame) -> list[str]:
+    """GD's measured per-step ratios against T5, (1 − ηλ)² and e^{−2ηλ}, as a table."""
+    return [
+        "",
+        f"## Per-step contraction of ‖D‖_F (GD, steps {c['t'].iloc[0]:g}–"
+        f"{c['t'].iloc[-1] + 1:g}; T5)",
+        "",
+        "| quantity | value |",
+        "|---|---|",
+        f"| measured ratio ‖D_(k+1)‖/‖D_k‖, min – max | {c['ratio'].min():.10f} – "
+        f"{c['ratio'].max():.10f} |",
+        f"| (1 − ηλ)² | {c['gd_contraction'].iloc[0]:.10f} |",
+        f"| e^(−2ηλ) | {c['gf_contraction'].iloc[0]:.10f} |",
+        f"| max \\|measured − T5 one-step prediction\\| | {_g(c['t5_deviation'].max())} |",
+        f"| max relative residual of the T5 matrix identity | {_g(c['t5_residual'].max())} |",
+        f"| max \\|measured − (1 − ηλ)²\\| | {_g(c['gd_deviation'].max())} |",
+        f"| max \\|measured − e^(−2ηλ)\\| | {_g(c['gf_deviation'].max())} |",
+        f"| at step {c['t'].iloc[-1]:g}: \\|measured − T5\\|, \\|measured − (1 − ηλ)²\\|, "
+        f"\\|measured − e^(−2ηλ)\\| | {_g(c['t5_deviation'].iloc[-1])}, "
+        f"{_g(c['gd_deviation'].iloc[-1])}, {_g(c['gf_deviation'].iloc[-1])} |",
+    ]
+
+
+def _order_section(o: pd.DataFrame, *, momentum: bool) -> list[str]:
+    """The distance at the horizon for each η (and μ, for momentum) and the fitted
+    order (T8)."""
+    mu = momentum
+    lines = [
+        "",
+        f"## Order in η (T8), horizon ηt = {o['horizon'].iloc[0]:g}",
+        "",
+        "| η | " + ("μ | " if mu else "") + "steps | distance | relative |",
+        "|---|" + ("---|" if mu else "") + "---|---|---|",
+    ]
+    for _, row in o.iterrows():
+        lines.append(
+            f"| {row['dynamics.eta']:g} | "
+            + (f"{row['dynamics.mu']:g} | " if mu else "")
+            + f"{row['steps']} | {_g(row['distance'])} | {_g(row['relative_distance'])} |"
+        )
+    return lines + [
+        "",
+        f"Measured order {o['order'].iloc[0]:.3f} ± {o['order_stderr'].iloc[0]:.3f} "
+        "(least squares of log distance on log η; first order expected)"
+        + (", with μ halved along with η." if mu else "."),
+    ]
+
+
+def _sde_section(sd: pd.DataFrame, s: pd.Series) -> list[str]:
+    """E[tr D] of the optimizer and its stochastic flow against T6 at three saves each,
+    and the largest |z| of each (``s``: a row of the trajectory table)."""
+    lines = [
+        "",
+        "## E[tr D] against T6",
+        "",
+        f"{int(sd['paths'].max())} paths each; mean of balance_trace = tr(AᵀA − BᵀB) "
+        "over paths against the closed form of T6 (exact for the stochastic flow), "
+        "z = (mean − T6)/SE with SE = std/√paths.",
+        "",
+        "| dynamics | t | mean ± SE | T6 | z | std | 10–90% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    names = {"optimizer": s["dynamics.kind"], "flow": s["flow.kind"]}
+    for role, name in names.items():
+        part = sd[sd["role"] == role]
+        for _, row in part.iloc[[len(part) // 4, len(part) // 2, -1]].iterrows():
+            lines.append(
+                f"| {name} | {row['t']:g} | {_g(row['mean'])} ± {_g(row['se'])} | "
+                f"{_g(row['theory'])} | {row['z']:+.2f} | {_g(row['std'])} | "
+                f"{_g(row['q10'])} – {_g(row['q90'])} |"
+            )
+    lines.append("")
+    for role, name in names.items():
+        part = sd[sd["role"] == role]
+        lines.append(
+            f"- {name}: max |z| over the {int(np.isfinite(part['z']).sum())} saves with "
+            f"t > 0: {np.nanmax(np.abs(part['z'])):.2f}."
+        )
+    return lines
+
+
+def _files_section(tables: Mapping[str, pd.DataFrame], figures: bool) -> list[str]:
+    """The files a comparison writes."""
+    png = ", `{}.png`" if figures else ""
+    return [
+        "",
+        "## Files",
+        "",
+        *(f"- `{name}.parquet`, `{name}.csv`" + png.format(name) for name in tables),
+        "- `config.json`: both resolved configs, the compare options, versions",
+        "",
+    ]
