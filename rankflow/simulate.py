@@ -194,6 +194,9 @@ class Program:
         return with_status(obs, ok, reached, max_steps_hit)
 
     def _integrate(self, theta0, data, hyper, noise_key):
+        """The flow of ``dynamics.kind`` from θ(0) = ``theta0``, solved as ``[solver]``
+        says, with its Brownian motion from ``noise_key`` (SDEs): the observables at
+        the saves (:func:`rankflow.flows.solve`)."""
         s, kind = self.point["solver"], self.kind
         noise = None
         if kind in config_lib.SDE_DYNAMICS:
@@ -217,6 +220,9 @@ class Program:
         )
 
     def _iterate(self, theta0, data, hyper, noise_key):
+        """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
+        from ``noise_key``: the observables at the saves
+        (:func:`rankflow.optimizers.iterate`)."""
         opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
         if self.kind == "sgd":
             batch_grads = factor_grads(self.problem, minibatch=True)
