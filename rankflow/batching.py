@@ -39,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .flows import Saved, solve
+
 __all__ = [
     "Choice",
     "batched",
@@ -96,28 +98,27 @@ def stacked_ode(
     *,
     rtol: float,
     atol: float,
-    saveat: diffrax.SaveAt | None = None,
+    ts: np.ndarray | None = None,
     max_steps: int = 100_000,
     **controller_kwargs,
-) -> diffrax.Solution:
+) -> Saved:
     """Solve the ODEs ``dy/dt = field(t, y, args)`` of a batch of runs (``y0`` and
     ``args`` with the run axis first) as one stacked system with one step-size
-    controller whose error norm is :func:`member_max_norm`."""
-    term = diffrax.ODETerm(jax.vmap(field, in_axes=(None, 0, 0)))
-    controller = diffrax.PIDController(
-        rtol=rtol, atol=atol, norm=member_max_norm, **controller_kwargs
-    )
-    return diffrax.diffeqsolve(
-        term,
-        solver,
-        t0,
-        t1,
-        None,
+    controller whose error norm is :func:`member_max_norm`; saves the stacked state at
+    ``ts`` (default: ``t1`` only) as ``.ys``. Raises if the solve fails."""
+    return solve(
+        jax.vmap(field, in_axes=(None, 0, 0)),
         y0,
         args,
-        saveat=saveat or diffrax.SaveAt(t1=True),
-        stepsize_controller=controller,
+        ts=ts,
+        t0=t0,
+        t1=t1,
+        method=solver,
+        rtol=rtol,
+        atol=atol,
         max_steps=max_steps,
+        controller={"norm": member_max_norm, **controller_kwargs},
+        throw=True,
     )
 
 

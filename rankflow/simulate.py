@@ -11,31 +11,22 @@ them at the save steps for optimizers), never whole trajectories.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pandas as pd
 
 from . import batching
 from . import config as config_lib
-from .flows import (
-    NEEDS_LEVY_AREA,
-    drift_field,
-    factor_grads,
-    factors_of,
-    initial_state,
-    make_solver,
-    noise_term,
-)
+from .flows import drift_field, factor_grads, factors_of, initial_state, noise_term, solve
 from .observables import OBSERVABLES, num_singular_values, observables
-from .optimizers import make_optimizer
+from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
 
 __all__ = ["Program", "STATUS", "TRACE_COUNTS", "program_for", "simulate"]
@@ -203,162 +194,54 @@ class Program:
         return with_status(obs, ok, reached, max_steps_hit)
 
     def _integrate(self, theta0, data, hyper, noise_key):
-        s = self.point["solver"]
-        kind, adaptive = self.kind, s["adaptive"]
-        t1 = float(self.ts[-1])
-        limit = s["diverge_norm"]
-        terms = diffrax.ODETerm(drift_field(kind, self.problem))
-        adjoint = diffrax.RecursiveCheckpointAdjoint()
+        """The flow of ``dynamics.kind`` from θ(0) = ``theta0``, solved as ``[solver]``
+        says, with its Brownian motion from ``noise_key`` (SDEs): the observables at
+        the saves (:func:`rankflow.flows.solve`)."""
+        s, kind = self.point["solver"], self.kind
+        noise = None
         if kind in config_lib.SDE_DYNAMICS:
-            levy = (
-                diffrax.SpaceTimeLevyArea
-                if s["method"] in NEEDS_LEVY_AREA
-                else diffrax.BrownianIncrement
-            )
-            if adaptive:
-                # Adaptive steps need a Brownian path consistent under refinement.
-                def brownian_for(shape):
-                    return diffrax.VirtualBrownianTree(
-                        0.0,
-                        t1,
-                        tol=1e-3 * min(s["dt"], t1),
-                        shape=shape,
-                        key=noise_key,
-                        levy_area=levy,
-                    )
-            else:
-                # Fixed steps: one fresh draw per step is exact and ~20× cheaper than a
-                # VirtualBrownianTree (DESIGN.md's measured facts).
-                def brownian_for(shape):
-                    return diffrax.UnsafeBrownianPath(shape, noise_key, levy_area=levy)
-
-                adjoint = diffrax.DirectAdjoint()
-            terms = diffrax.MultiTerm(terms, noise_term(kind, theta0, brownian_for))
-        if not adaptive:
-            return self._integrate_fixed(terms, adjoint, initial_state(kind, theta0), data, hyper)
-        controller = diffrax.PIDController(rtol=s["rtol"], atol=s["atol"])
-
-        def blowup(t, y, args, **kwargs):
-            A, B = factors_of(kind, y)
-            m = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
-            return ~(m <= limit)
-
-        sol = diffrax.diffeqsolve(
-            terms,
-            make_solver(s["method"]),
-            t0=0.0,
-            t1=t1,
-            # Adaptive solves pick their first step (a fixed first step can overshoot a
-            # fast start into NaN, from which the controller never recovers).
-            dt0=None,
-            y0=initial_state(kind, theta0),
-            args=(data, hyper),
-            saveat=diffrax.SaveAt(
-                ts=jnp.asarray(self.ts, self.dtype),
-                fn=lambda t, y, args: self._observe(y, *args),
-            ),
-            stepsize_controller=controller,
-            adjoint=adjoint,
+            noise = functools.partial(noise_term, kind, theta0)
+        return solve(
+            drift_field(kind, self.problem),
+            initial_state(kind, theta0),
+            (data, hyper),
+            ts=self.ts,
+            observe=lambda y: self._observe(y, data, hyper),
+            method=s["method"],
+            adaptive=s["adaptive"],
+            dt=s["dt"],
+            rtol=s["rtol"],
+            atol=s["atol"],
             max_steps=s["max_steps"],
-            # Stop at a blow-up instead of shrinking dt until max_steps.
-            event=diffrax.Event(blowup),
-            throw=False,
+            noise=noise,
+            key=noise_key,
+            diverge_norm=s["diverge_norm"],
+            watched=functools.partial(factors_of, kind),
         )
-        reached = jnp.isfinite(sol.ts)
-        max_steps_hit = sol.result == diffrax.RESULTS.max_steps_reached
-        return sol.ys, reached, max_steps_hit
-
-    def _integrate_fixed(self, terms, adjoint, y0, data, hyper):
-        """Fixed steps: one ``diffeqsolve`` per save interval, inside a ``lax.scan``.
-
-        One solve over all the saves would check, at every step, whether a save time was
-        passed (a nested loop) and keep the dense output needed to interpolate there:
-        ~20% of an Euler step of a 64-run batch at d = 32 (benchmarks/fixed_step.py).
-        Saves fall on steps here, so nothing is interpolated. A blow-up is caught at the
-        saves (NaN propagates); ``solver.max_steps`` still bounds the steps of the run:
-        saves beyond it are reported ``max_steps``, as a single solve would stop there."""
-        s = self.point["solver"]
-        dt, ts = s["dt"], self.ts
-        steps = np.ceil(np.round(np.diff(np.concatenate([[0.0], ts])) / dt, 9))
-        per_interval = int(max(steps.max(), 1)) + 1  # + 1: a last step shortened by rounding
-        method = make_solver(s["method"])
-        args = (data, hyper)
-
-        def solve(y, t01):
-            t0, t1 = t01
-            sol = diffrax.diffeqsolve(
-                terms,
-                method,
-                t0=t0,
-                t1=t1,
-                dt0=dt,
-                y0=y,
-                args=args,
-                saveat=diffrax.SaveAt(t1=True),
-                stepsize_controller=diffrax.ConstantStepSize(),
-                adjoint=adjoint,
-                max_steps=per_interval,
-                throw=False,
-            )
-            y = jax.tree.map(lambda x: x[0], sol.ys)
-            return y, self._observe(y, data, hyper)
-
-        starts = np.concatenate([[0.0], ts[:-1]])
-        if ts[0] == 0.0:  # t = 0 is the initial state; every later interval is non-empty
-            first = self._observe(y0, data, hyper)
-            bounds = (jnp.asarray(starts[1:], self.dtype), jnp.asarray(ts[1:], self.dtype))
-            _, rest = jax.lax.scan(solve, y0, bounds)
-            obs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
-        else:
-            bounds = (jnp.asarray(starts, self.dtype), jnp.asarray(ts, self.dtype))
-            _, obs = jax.lax.scan(solve, y0, bounds)
-        reached = jnp.asarray(np.cumsum(steps) <= s["max_steps"])
-        return obs, reached, ~reached
 
     def _iterate(self, theta0, data, hyper, noise_key):
+        """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
+        from ``noise_key``: the observables at the saves
+        (:func:`rankflow.optimizers.iterate`)."""
         opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
-        grads = factor_grads(self.problem, minibatch=self.kind == "sgd")
-        batch_key = jax.random.fold_in(noise_key, 1)
-        batch = self.point["dynamics"]["batch"]
-        steps = np.rint(self.ts).astype(np.int64)
-        gaps = np.diff(np.concatenate([[0], steps]))
+        if self.kind == "sgd":
+            batch_grads = factor_grads(self.problem, minibatch=True)
+            batch_key = jax.random.fold_in(noise_key, 1)
+            batch = self.point["dynamics"]["batch"]
 
-        def step(carry):
-            theta, state, k = carry
-            if self.kind == "sgd":
+            def grads(theta, k):
                 # A fresh minibatch, without replacement, at every step k.
-                idx = jax.random.choice(
-                    jax.random.fold_in(batch_key, k),
-                    self.problem.samples,
-                    (batch,),
-                    replace=False,
-                )
-                g = grads(theta, data, idx)
-            else:
-                g = grads(theta, data)
-            updates, state = opt.update(g, state, theta)
-            return optax.apply_updates(theta, updates), state, k + 1
-
-        def advance(carry, n):
-            carry = jax.lax.fori_loop(0, n, lambda _, c: step(c), carry)
-            return carry, self._observe(carry[0], data, hyper)
-
-        carry = (theta0, opt.init(theta0), jnp.asarray(0, jnp.int32))
-        if len(gaps) > 1 and np.all(gaps[1:] == gaps[1]):
-            # Evenly spaced saves: static inner scans, no dynamic trip count.
-            carry, first = advance(carry, int(gaps[0]))
-            every = int(gaps[1])
-
-            def interval(c, _):
-                c = jax.lax.scan(lambda cc, _: (step(cc), None), c, length=every)[0]
-                return c, self._observe(c[0], data, hyper)
-
-            _, rest = jax.lax.scan(interval, carry, length=len(gaps) - 1)
-            obs = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+                key = jax.random.fold_in(batch_key, k)
+                idx = jax.random.choice(key, self.problem.samples, (batch,), replace=False)
+                return batch_grads(theta, data, idx)
         else:
-            _, obs = jax.lax.scan(advance, carry, jnp.asarray(gaps))
-        true = jnp.ones(len(self.ts), bool)
-        return obs, true, ~true
+            full_grads = factor_grads(self.problem)
+
+            def grads(theta, k):
+                return full_grads(theta, data)
+
+        steps = np.rint(self.ts).astype(np.int64)
+        return iterate(opt, grads, theta0, steps, lambda theta: self._observe(theta, data, hyper))
 
 
 _PROGRAMS: dict[str, Program] = {}

@@ -1,4 +1,5 @@
-"""Continuous time on the transformer: full-batch gradient flow with diffrax.
+"""Continuous time on the transformer: full-batch gradient flow, solved by
+:func:`rankflow.flows.solve`.
 
 The state is the whole parameter pytree; the field is THEORY.md's
 ``dθ/dt = −η(∇L(θ) + λ_g θ)`` with ``λ_g`` the leaf's group decay (0 for groups outside
@@ -12,19 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import diffrax
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["gradient_flow_field", "integrate"]
+from ..flows import Saved, solve
 
-_SOLVERS = {
-    "tsit5": diffrax.Tsit5,
-    "dopri5": diffrax.Dopri5,
-    "dopri8": diffrax.Dopri8,
-    "bosh3": diffrax.Bosh3,
-}
+__all__ = ["gradient_flow_field", "integrate"]
 
 
 def gradient_flow_field(loss: Callable) -> Callable:
@@ -52,24 +46,21 @@ def integrate(
     rtol: float = 1e-6,
     atol: float = 1e-8,
     max_steps: int = 100_000,
-):
+    diverge_norm: float | None = None,
+) -> Saved:
     """Solve the flow from ``params0`` on ``batch`` with an adaptive solver and return
     ``(observe(θ(t)) stacked over ts, reached, max_steps_hit)``; ``reached`` is False
-    at saves the solver did not get to (it stopped early)."""
-    dtype = jax.tree.leaves(params0)[0].dtype
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(gradient_flow_field(loss)),
-        _SOLVERS[method](),
-        t0=0.0,
-        t1=float(ts[-1]),
-        dt0=None,
-        y0=params0,
-        args=(batch, eta, lam_tree),
-        saveat=diffrax.SaveAt(ts=jnp.asarray(ts, dtype), fn=lambda t, y, args: observe(y)),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+    at saves the solver did not get to: it ran out of steps, or (with ``diverge_norm``)
+    stopped where a parameter entry went beyond ``diverge_norm`` or non-finite."""
+    return solve(
+        gradient_flow_field(loss),
+        params0,
+        (batch, eta, lam_tree),
+        ts=ts,
+        observe=observe,
+        method=method,
+        rtol=rtol,
+        atol=atol,
         max_steps=max_steps,
-        throw=False,
+        diverge_norm=diverge_norm,
     )
-    reached = jnp.isfinite(sol.ts)
-    return sol.ys, reached, sol.result == diffrax.RESULTS.max_steps_reached

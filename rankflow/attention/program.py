@@ -167,12 +167,13 @@ class Program:
                 rtol=s["rtol"],
                 atol=s["atol"],
                 max_steps=s["max_steps"],
+                diverge_norm=tr["diverge_norm"],
             )
         else:
             opt = make_optimizer(
                 self.kind, params0, hyper, self.decay, b1=tr["b1"], b2=tr["b2"], eps=tr["eps"]
             )
-            obs = iterate(
+            obs, reached, max_steps_hit = iterate(
                 self.loss,
                 opt,
                 lambda key: task.sample(key, tr["batch"], data, dtype),
@@ -182,8 +183,6 @@ class Program:
                 saves=len(self.steps),
                 observe=lambda params: observe(params, data["train_eval"]),
             )
-            reached = jnp.ones(len(self.steps), bool)
-            max_steps_hit = ~reached
         return self._finish(obs, reached, max_steps_hit)
 
     def _head_observables(self, factors, status):

@@ -1,17 +1,19 @@
 """Discrete training: the loss as a pure function of the parameters, optax steps, and
-the scan that trains and saves every ``eval_every`` steps.
+training that saves every ``eval_every`` steps (:func:`rankflow.optimizers.iterate`).
 
 Time is in optimizer steps; step ``k`` draws its minibatch from ``fold_in(key, k)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 import optax
 
+from .. import optimizers
+from ..flows import Saved
 from . import tasks as tasks_lib
 from .model import Model
 from .tasks import Task
@@ -57,24 +59,14 @@ def iterate(
     every: int,
     saves: int,
     observe: Callable,
-) -> Mapping[str, jax.Array]:
+) -> Saved:
     """Train from ``params0`` for ``every·(saves − 1)`` steps with minibatches
     ``sample(fold_in(key, k))``; returns ``observe(params)`` at steps 0, every, 2·every, …
-    stacked along a leading axis of length ``saves``."""
-    step = train_step(loss, opt)
+    stacked along a leading axis of length ``saves`` (with every save reached: see
+    :func:`rankflow.optimizers.iterate`)."""
+    grad = jax.grad(loss)
 
-    def one(k, carry):
-        params, opt_state = carry
-        params, opt_state, _ = step(params, opt_state, sample(jax.random.fold_in(key, k)))
-        return params, opt_state
+    def grads(params, k):
+        return grad(params, sample(jax.random.fold_in(key, k)))
 
-    def interval(carry, i):
-        # Save i follows steps every·(i−1) … every·i − 1 (none before save 0): one loop
-        # body and one observe in the program, however many saves.
-        start = jnp.maximum(i - 1, 0) * every
-        carry = jax.lax.fori_loop(start, i * every, one, carry)
-        return carry, observe(carry[0])
-
-    carry = (params0, opt.init(params0))
-    _, saved = jax.lax.scan(interval, carry, jnp.arange(saves, dtype=jnp.int32))
-    return saved
+    return optimizers.iterate(opt, grads, params0, every * np.arange(saves), observe)
