@@ -439,7 +439,7 @@ def _versions() -> dict[str, str]:
 
 def _write(out: Path, insp: Inspection, figures: bool) -> list[str]:
     from .. import plots
-    from ..store import _atomic_write
+    from ..store import atomic_write as _atomic_write
 
     out.mkdir(parents=True, exist_ok=True)
     (out / META).unlink(missing_ok=True)  # no marker until everything below is written
