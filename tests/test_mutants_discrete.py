@@ -19,6 +19,7 @@ import pytest
 
 from rankflow import compare as compare_lib
 from rankflow import optimizers, simulate, theory
+from rankflow.engine import programs
 from rankflow.reproduce import discrete
 
 MUTANT_CLAIMS = (
@@ -118,7 +119,8 @@ def _compare_with_gd(mp: pytest.MonkeyPatch, step) -> dict[str, pd.DataFrame]:
 
     mp.setattr(simulate, "make_optimizer", make_optimizer)
     # Compiled discrete programs hold the right optimizer: build them again (flows kept).
-    mp.setattr(simulate, "_PROGRAMS", {k: p for k, p in simulate._PROGRAMS.items() if p.continuous})
+    kept = {k: p for k, p in programs.PROGRAMS.items() if p.continuous}
+    mp.setattr(programs, "PROGRAMS", kept)
     return compare_lib.compare(GD)
 
 
