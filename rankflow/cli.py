@@ -27,6 +27,50 @@ def _set_option(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _executor_options(parser: argparse.ArgumentParser) -> None:
+    """--executor and the SLURM options of a sweep command (core or attention)."""
+    parser.add_argument(
+        "--executor",
+        choices=("local", "submitit"),
+        default="local",
+        help="local: this process, every local device; submitit: a SLURM job "
+        "array, one task per group of chunks (default: %(default)s)",
+    )
+    slurm = parser.add_argument_group("SLURM (--executor submitit)")
+    slurm.add_argument("--partition", help="SLURM partition")
+    slurm.add_argument(
+        "--time",
+        type=int,
+        default=60,
+        metavar="MIN",
+        help="time limit of each task in minutes (default: %(default)s)",
+    )
+    slurm.add_argument("--gpus-per-task", type=int, metavar="N", help="GPUs per task")
+    slurm.add_argument(
+        "--array-parallelism", type=int, metavar="N", help="tasks of the array running at once"
+    )
+    slurm.add_argument(
+        "--jobs", type=int, metavar="N", help="array tasks (default: one per unfinished chunk)"
+    )
+    slurm.add_argument(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit cluster (default: slurm where sbatch exists, else local subprocesses)",
+    )
+
+
+def _slurm(args) -> dict:
+    """The SLURM options of a sweep command's arguments."""
+    return {
+        "partition": args.partition,
+        "time": args.time,
+        "gpus_per_task": args.gpus_per_task,
+        "array_parallelism": args.array_parallelism,
+        "jobs": args.jobs,
+        "cluster": args.cluster,
+    }
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rankflow",
@@ -66,35 +110,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="runs per chunk (default: sized so a chunk needs ≲ 256 MiB)",
     )
-    run.add_argument(
-        "--executor",
-        choices=("local", "submitit"),
-        default="local",
-        help="local: this process, every local device; submitit: a SLURM job "
-        "array, one task per group of chunks (default: %(default)s)",
-    )
+    _executor_options(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    slurm = run.add_argument_group("SLURM (--executor submitit)")
-    slurm.add_argument("--partition", help="SLURM partition")
-    slurm.add_argument(
-        "--time",
-        type=int,
-        default=60,
-        metavar="MIN",
-        help="time limit of each task in minutes (default: %(default)s)",
-    )
-    slurm.add_argument("--gpus-per-task", type=int, metavar="N", help="GPUs per task")
-    slurm.add_argument(
-        "--array-parallelism", type=int, metavar="N", help="tasks of the array running at once"
-    )
-    slurm.add_argument(
-        "--jobs", type=int, metavar="N", help="array tasks (default: one per unfinished chunk)"
-    )
-    slurm.add_argument(
-        "--cluster",
-        choices=("slurm", "local", "debug"),
-        help="submitit cluster (default: slurm where sbatch exists, else local subprocesses)",
-    )
 
     plot = sub.add_parser(
         "plot",
@@ -209,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     att_train.add_argument(
         "--chunk", type=int, metavar="N", help="runs per chunk (default: ≤ 32 per structure)"
     )
+    _executor_options(att_train)
     att_train.add_argument("--quiet", action="store_true", help="no progress bar")
     att_plot = attention_sub.add_parser(
         "plot",
@@ -272,21 +290,13 @@ def cmd_run(args) -> int:
     overrides = config_lib.parse_set(args.sets)
     cfg = config_lib.resolve(args.config, overrides)  # errors here, before compiling
     enable_compilation_cache()
-    slurm = {
-        "partition": args.partition,
-        "time": args.time,
-        "gpus_per_task": args.gpus_per_task,
-        "array_parallelism": args.array_parallelism,
-        "jobs": args.jobs,
-        "cluster": args.cluster,
-    }
     _, summary = execute(
         cfg,
         args.out,
         resume=args.resume,
         chunk=args.chunk,
         executor=args.executor,
-        slurm=slurm,
+        slurm=_slurm(args),
         quiet=args.quiet,
     )
     print(f"{summary.line()} → {args.out}")
@@ -351,7 +361,15 @@ def cmd_attention(args) -> int:
             raise config_lib.ConfigError(f"--chunk: must be ≥ 1, got {args.chunk}")
         cfg = resolve(args.config, config_lib.parse_set(args.sets))  # before compiling
         enable_compilation_cache()
-        _, summary = execute(cfg, args.out, resume=args.resume, chunk=args.chunk, quiet=args.quiet)
+        _, summary = execute(
+            cfg,
+            args.out,
+            resume=args.resume,
+            chunk=args.chunk,
+            executor=args.executor,
+            slurm=_slurm(args),
+            quiet=args.quiet,
+        )
         print(f"{summary.line()} → {args.out}")
         return 0
     from . import plots
