@@ -14,9 +14,10 @@ from .. import store
 from ..config import ConfigError
 from .family import Family
 from .plan import Chunk, plan
+from .programs import enable_compilation_cache
 from .progress import progress
 
-__all__ = ["EXECUTORS", "check_executor", "finished_chunks", "run_chunks", "submit"]
+__all__ = ["EXECUTORS", "array_task", "check_executor", "finished_chunks", "run_chunks", "submit"]
 
 EXECUTORS = ("local", "submitit")
 
@@ -74,6 +75,16 @@ def run_chunks(
     return frames
 
 
+def array_task(
+    family: Family, cfg: Mapping[str, Any], out: str, chunk: int | None, indices: list[int]
+) -> None:
+    """The body of one SLURM array task: its chunks, run into ``out``. The task reads
+    the persistent compilation cache of the submitter's environment, so a structure
+    compiled once (by any task or an earlier sweep) is not compiled again."""
+    enable_compilation_cache()
+    run_chunks(family, cfg, out, chunk, indices)
+
+
 def submit(
     family: Family,
     cfg: Mapping[str, Any],
@@ -104,7 +115,7 @@ def submit(
         params["slurm_array_parallelism"] = int(slurm["array_parallelism"])
     ex.update_parameters(name="rankflow", **params)
     with ex.batch():
-        jobs = [ex.submit(run_chunks, family, cfg, str(out), chunk, ids) for ids in assignments]
+        jobs = [ex.submit(array_task, family, cfg, str(out), chunk, ids) for ids in assignments]
     if not quiet:
         print(
             f"rankflow: submitted {len(jobs)} jobs ({len(todo)} chunks) → {folder}", file=sys.stderr
