@@ -10,7 +10,7 @@ are cut into chunks of :func:`default_chunk_size` runs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,16 +64,8 @@ class CoreFamily:
     save)."""
 
     tables = (store.RESULTS,)
+    schema = config_lib
     status_table = store.RESULTS
-
-    def expand(self, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return config_lib.expand(cfg)
-
-    def structure_key(self, point: Mapping[str, Any]) -> str:
-        return config_lib.structure_key(point)
-
-    def to_json(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        return config_lib.to_json(cfg)
 
     def paths(self, point: Mapping[str, Any]) -> int:
         return point["dynamics"]["paths"]
@@ -88,10 +80,9 @@ class CoreFamily:
         self,
         points: Sequence[Mapping[str, Any]],
         runs: Sequence[tuple[int, int]],
-        cfg: Mapping[str, Any],
+        swept: Sequence[str],
         pad_to: int | None,
     ) -> dict[str, pd.DataFrame]:
-        swept = engine.swept_structure_keys(cfg, config_lib.NUMERIC_KEYS)
         return {store.RESULTS: run_runs(list(points), list(runs), swept, pad_to=pad_to)}
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -107,18 +98,7 @@ def plan(cfg: Mapping[str, Any], chunk: int | None = None):
     return engine.plan(CORE, cfg, chunk)
 
 
-def execute(
-    cfg: Mapping[str, Any],
-    out: str | Path | None = None,
-    *,
-    resume: bool = False,
-    chunk: int | None = None,
-    executor: str = "local",
-    slurm: Mapping[str, Any] | None = None,
-    quiet: bool = False,
-) -> tuple[pd.DataFrame, Summary]:
-    """Run a resolved core config's sweep (:func:`rankflow.engine.execute`). Returns
-    the table (all chunks, resumed ones included) and a :class:`Summary`."""
-    return engine.execute(
-        CORE, cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
-    )
+# ``execute(cfg, out=None, *, resume, chunk, executor, slurm, quiet)``: a resolved
+# core config's sweep through the engine (:func:`rankflow.engine.execute`); returns the
+# family's result and a :class:`Summary`.
+execute = partial(engine.execute, CORE)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
-from ..engine import Summary
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
@@ -115,16 +115,8 @@ class AttentionFamily:
 
     # The loss file first: the heads file marks a chunk finished.
     tables = (LOSS, store.RESULTS)
+    schema = config_lib
     status_table = LOSS
-
-    def expand(self, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return config_lib.expand(cfg)
-
-    def structure_key(self, point: Mapping[str, Any]) -> str:
-        return config_lib.structure_key(point)
-
-    def to_json(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        return config_lib.to_json(cfg)
 
     def paths(self, point: Mapping[str, Any]) -> int:
         return 1
@@ -141,10 +133,9 @@ class AttentionFamily:
         self,
         points: Sequence[Mapping[str, Any]],
         runs: Sequence[tuple[int, int]],
-        cfg: Mapping[str, Any],
+        swept: Sequence[str],
         pad_to: int | None,
     ) -> dict[str, pd.DataFrame]:
-        swept = engine.swept_structure_keys(cfg, config_lib.NUMERIC_KEYS)
         res = run_chunk(points, runs, swept, pad_to)
         return {LOSS: res.loss, store.RESULTS: res.heads}
 
@@ -161,22 +152,10 @@ def plan(cfg: Mapping[str, Any], chunk: int | None = None):
     return engine.plan(ATTENTION, cfg, chunk)
 
 
-def execute(
-    cfg: Mapping[str, Any],
-    out: str | Path | None = None,
-    *,
-    resume: bool = False,
-    chunk: int | None = None,
-    executor: str = "local",
-    slurm: Mapping[str, Any] | None = None,
-    quiet: bool = True,
-) -> tuple[Results, Summary]:
-    """Run a resolved attention config's sweep (:func:`rankflow.engine.execute`),
-    writing each finished chunk to ``out`` (when given) and skipping those already
-    there (``resume``); ``executor`` and ``slurm`` as for core sweeps."""
-    return engine.execute(
-        ATTENTION, cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
-    )
+# ``execute(cfg, out=None, *, resume, chunk, executor, slurm, quiet)``: a resolved
+# attention config's sweep through the engine (:func:`rankflow.engine.execute`); returns the
+# family's result and a :class:`Summary`.
+execute = partial(engine.execute, ATTENTION, quiet=True)
 
 
 def validation_baseline(path: str | Path) -> float | None:

@@ -68,7 +68,7 @@ def execute(
     if out is not None:
         store.prepare(
             out,
-            family.to_json(cfg),
+            family.schema.to_json(cfg),
             chunk_size=chunk,
             chunks=len(chunks),
             resume=resume,

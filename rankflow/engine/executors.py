@@ -13,7 +13,7 @@ import pandas as pd
 from .. import store
 from ..config import ConfigError
 from .family import Family
-from .plan import Chunk, plan
+from .plan import Chunk, plan, swept_structure_keys
 from .programs import enable_compilation_cache
 from .progress import progress
 
@@ -62,11 +62,12 @@ def run_chunks(
     if out is not None:
         finished, _ = finished_chunks(family, out, points, todo)
         todo = [c for c in todo if c.index not in finished]
+    swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
     total = sum(c.rows for c in chunks)
     with progress(total, total - sum(c.rows for c in todo), quiet) as bar:
         for c in todo:
-            tables = family.run_chunk(points, list(c.runs), cfg, c.pad_to)
+            tables = family.run_chunk(points, list(c.runs), swept, c.pad_to)
             if out is not None:
                 for table in family.tables:
                     store.write_chunk(out, c.index, tables[table], table=table)

@@ -10,6 +10,7 @@ executors — is the engine's, the same for every family.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any, Protocol
 
 import pandas as pd
@@ -27,19 +28,11 @@ class Family(Protocol):
     # The table with one row per run × path × save, whose last status per run the
     # sweep's summary counts.
     status_table: str
-
-    def expand(self, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The points of a resolved config (its sweep's product)."""
-        ...
-
-    def structure_key(self, point: Mapping[str, Any]) -> str:
-        """What of a point shapes its compiled program: points with equal keys share
-        one program and may share a chunk."""
-        ...
-
-    def to_json(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        """The resolved config as written to ``config.json`` and hashed by resume."""
-        ...
+    # Its config module: ``expand(cfg)`` (the points of a resolved config),
+    # ``structure_key(point)`` (points with equal keys share one compiled program),
+    # ``to_json(cfg)`` (what config.json holds and resume hashes), ``NUMERIC_KEYS``
+    # (the traced keys; other swept keys become table columns).
+    schema: ModuleType
 
     def paths(self, point: Mapping[str, Any]) -> int:
         """Runs per point (Monte Carlo paths)."""
@@ -58,11 +51,12 @@ class Family(Protocol):
         self,
         points: Sequence[Mapping[str, Any]],
         runs: Sequence[tuple[int, int]],
-        cfg: Mapping[str, Any],
+        swept: Sequence[str],
         pad_to: int | None,
     ) -> dict[str, pd.DataFrame]:
         """Run ``runs`` (``(point index, path)`` pairs of one structure) as one batch of
-        the structure's program, padded to ``pad_to`` runs; each table's rows."""
+        the structure's program, padded to ``pad_to`` runs; each table's rows, with a
+        column per ``swept`` structural key."""
         ...
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> Any:

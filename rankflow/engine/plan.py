@@ -60,10 +60,10 @@ def chunk_plan(
 def plan(family: Family, cfg: Mapping[str, Any], chunk: int | None = None):
     """``(points, chunks)`` of a family's resolved config; ``chunk`` runs per chunk
     (default: the family's ``chunk_size`` of each structure)."""
-    points = family.expand(cfg)
+    points = family.schema.expand(cfg)
     chunks = chunk_plan(
         points,
-        family.structure_key,
+        family.schema.structure_key,
         paths=family.paths,
         size=lambda point: chunk or family.chunk_size(point),
     )
