@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 
 from . import config as config_lib
-from .sweep import enable_compilation_cache, execute
+from .engine import enable_compilation_cache
+from .sweep import execute
 
 __all__ = ["run"]
 

@@ -12,7 +12,6 @@ them at the save steps for optimizers), never whole trajectories.
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,38 +23,31 @@ import pandas as pd
 
 from . import batching
 from . import config as config_lib
+from .engine import programs
+from .engine.plan import pad_runs, shard
+from .engine.programs import TRACE_COUNTS
+from .engine.status import STATUS, with_status
 from .flows import drift_field, factor_grads, factors_of, initial_state, noise_term, solve
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
 
-__all__ = ["Program", "STATUS", "TRACE_COUNTS", "program_for", "simulate"]
+__all__ = [
+    "PARAM_KEYS",
+    "Program",
+    "STATUS",
+    "TRACE_COUNTS",
+    "params_of",
+    "program_for",
+    "run_runs",
+]
 
-STATUS = ("ok", "diverged", "max_steps")  # codes 0, 1, 2
 # Keys of the per-run parameter batch: the numeric config keys and the path index.
 PARAM_KEYS = config_lib.NUMERIC_KEYS + ("path",)
-# How many times each structure's program has been traced (tests assert it stays 1).
-TRACE_COUNTS: dict[str, int] = defaultdict(int)
-# Structural columns always present in a table (swept structural keys are added).
 # Batches of adaptive solves from this many runs on have their batching measured.
 MEASURE_FROM = 16
+# Structural columns always present in a table (swept structural keys are added).
 STRUCT_COLUMNS = ("problem.kind", "init.kind", "dynamics.kind", "solver.method", "model.r")
-
-
-def with_status(obs: dict[str, Any], ok, reached, max_steps_hit) -> dict[str, Any]:
-    """``obs`` (arrays with leading axis: saves) with a ``status`` per save (codes into
-    ``STATUS``) and NaN wherever it is not ok. ``ok`` is False at a save whose state is
-    blown up (non-finite or too large: NaN compares False, so ``max_abs <= limit`` counts
-    NaN as blown) or was not ``reached``; from the first such save on, the run is
-    ``diverged`` (sticky), or ``max_steps`` where the solver ran out of steps."""
-    blown = jnp.cumsum(~ok) > 0
-    status = jnp.where(blown, jnp.where(max_steps_hit & ~reached, 2, 1), 0).astype(jnp.int8)
-    obs = jax.tree.map(
-        lambda x: jnp.where(jnp.reshape(blown, blown.shape + (1,) * (x.ndim - 1)), jnp.nan, x),
-        obs,
-    )
-    obs["status"] = status
-    return obs
 
 
 @dataclass
@@ -99,21 +91,9 @@ class Program:
         them (padded to a multiple of their number); each run's arithmetic is the same
         whatever the number of devices."""
         n = len(params["seed"])
-        devices = jax.devices()
-        padded = -(-n // len(devices)) * len(devices)
         with jax.enable_x64(self.point["x64"]):
-            batch = {
-                k: jnp.asarray(
-                    np.pad(np.asarray(params[k]), (0, padded - n), mode="edge"),
-                    self._param_dtype(k),
-                )
-                for k in PARAM_KEYS
-            }
-            if len(devices) > 1:
-                mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-                sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-                batch = jax.device_put(batch, sharding)
-            if self._measured and len(devices) == 1:
+            batch = shard({k: params[k] for k in PARAM_KEYS}, self._param_dtype)
+            if self._measured and jax.device_count() == 1:
                 out = self._run_adaptive(batch, n)
             else:
                 out = self._jitted(batch)
@@ -244,29 +224,21 @@ class Program:
         return iterate(opt, grads, theta0, steps, lambda theta: self._observe(theta, data, hyper))
 
 
-_PROGRAMS: dict[str, Program] = {}
-
-
 def program_for(point: Mapping[str, Any], save: str = "observables") -> Program:
     """The (cached) program of a point's structure."""
     key = config_lib.structure_key(point) + save
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = Program(dict(point), key, save)
-    return _PROGRAMS[key]
+    return programs.program(key, lambda: Program(dict(point), key, save))
 
 
 def params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
+    """One run's traced values (keys ``PARAM_KEYS``): the point's numeric keys, with
+    ``problem.seed`` defaulting to ``seed``, and the path index."""
     flat = config_lib.flatten(point)
     out = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
     if out["problem.seed"] is None:
         out["problem.seed"] = out["seed"]
     out["path"] = path
     return out
-
-
-def swept_structure_keys(cfg: Mapping[str, Any]) -> list[str]:
-    """Structural keys a config sweeps over (they become table columns)."""
-    return [k for k in (cfg.get("sweep") or {}) if k not in config_lib.NUMERIC_KEYS]
 
 
 def run_runs(
@@ -281,31 +253,9 @@ def run_runs(
     same shape and the program compiles once."""
     program = program_for(points[runs[0][0]])
     rows = [params_of(points[i], path) for i, path in runs]
-    padded = rows + [rows[-1]] * max(0, (pad_to or 0) - len(rows))
-    params = {k: np.array([r[k] for r in padded]) for k in PARAM_KEYS}
+    params = pad_runs(rows, PARAM_KEYS, pad_to)
     out = jax.tree.map(lambda x: x[: len(rows)], program.run(params))
     return _table(program, points, runs, rows, out, swept)
-
-
-def simulate(cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """Run every point of a resolved config (see ``config.resolve``) in memory, one
-    batch per structure, and return the tidy table: one row per run × path × save.
-    (``rankflow.sweep`` runs the same in chunks, on all devices, resumably.)"""
-    points = config_lib.expand(cfg)
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, point in enumerate(points):
-        groups[config_lib.structure_key(point)].append(i)
-    frames = []
-    for members in groups.values():
-        paths = points[members[0]]["dynamics"]["paths"]
-        runs = [(i, path) for i in members for path in range(paths)]
-        frames.append(run_runs(points, runs, swept_structure_keys(cfg)))
-    return sort_rows(pd.concat(frames, ignore_index=True))
-
-
-def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The canonical row order of a results table."""
-    return df.sort_values(["run_id", "path", "t"], kind="stable", ignore_index=True)
 
 
 def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:

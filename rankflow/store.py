@@ -28,12 +28,21 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["finished_chunks", "load", "prepare", "write_chunk"]
+__all__ = [
+    "STATUS",
+    "atomic_write",
+    "finished_chunks",
+    "load",
+    "prepare",
+    "sort_rows",
+    "write_chunk",
+]
 
 RESULTS = "results.parquet"
 CONFIG = "config.json"
 MANIFEST = "manifest.json"
-_STATUS = ("ok", "diverged", "max_steps")
+# The ``status`` column's values; a program's status codes 0, 1, 2 index them.
+STATUS = ("ok", "diverged", "max_steps")
 _PACKAGES = (
     "rankflow",
     "jax",
@@ -48,7 +57,10 @@ _PACKAGES = (
 )
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Write ``path`` through ``write(tmp)`` on a hidden temporary file of the same
+    folder, then rename it into place: readers see the old file or the new, never a
+    half-written one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -171,8 +183,8 @@ def prepare(
         raise ConfigError(f"--out: {out} holds results without a manifest; use another --out")
     else:
         meta = {"config": dict(config), **provenance()}
-        _atomic_write(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
-        _atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
+        atomic_write(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+        atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
     for table in tables:
         _chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
         for tmp in _chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
@@ -208,7 +220,7 @@ def finished_chunks(
 
 def write_chunk(out: str | Path, index: int, df: pd.DataFrame, table: str = RESULTS) -> Path:
     path = chunk_path(out, index, table)
-    _atomic_write(path, lambda p: df.to_parquet(p, index=False))
+    atomic_write(path, lambda p: df.to_parquet(p, index=False))
     return path
 
 
@@ -230,5 +242,10 @@ def load(path: str | Path) -> pd.DataFrame:
     else:
         df = pd.read_parquet(p)
     if "status" in df.columns:  # categories are per file: one set for all
-        df["status"] = pd.Categorical(df["status"].astype(str), categories=list(_STATUS))
+        df["status"] = pd.Categorical(df["status"].astype(str), categories=list(STATUS))
+    return sort_rows(df)
+
+
+def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The canonical row order of a results table: (run_id, path, t), stable."""
     return df.sort_values(["run_id", "path", "t"], kind="stable", ignore_index=True)

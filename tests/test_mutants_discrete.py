@@ -20,6 +20,7 @@ import pytest
 from rankflow import compare as compare_lib
 from rankflow import optimizers, simulate, theory
 from rankflow.compare import run as compare_run
+from rankflow.engine import programs
 from rankflow.reproduce import discrete
 
 MUTANT_CLAIMS = (
@@ -119,7 +120,8 @@ def _compare_with_gd(mp: pytest.MonkeyPatch, step) -> dict[str, pd.DataFrame]:
 
     mp.setattr(simulate, "make_optimizer", make_optimizer)
     # Compiled discrete programs hold the right optimizer: build them again (flows kept).
-    mp.setattr(simulate, "_PROGRAMS", {k: p for k, p in simulate._PROGRAMS.items() if p.continuous})
+    kept = {k: p for k, p in programs.PROGRAMS.items() if p.continuous}
+    mp.setattr(programs, "PROGRAMS", kept)
     return compare_lib.compare(GD)
 
 

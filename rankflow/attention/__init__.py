@@ -71,6 +71,8 @@ def run(
     out: str | Path | None = None,
     resume: bool = False,
     chunk: int | None = None,
+    executor: str = "local",
+    slurm: Mapping[str, Any] | None = None,
     quiet: bool = True,
 ) -> Results:
     """Validate an attention config, train every point of its sweep, return the tables.
@@ -82,6 +84,9 @@ def run(
       out: a results directory, written chunk by chunk (resumable).
       resume: continue the sweep already in ``out``.
       chunk: runs per compiled batch (default: a structure's runs, at most 32).
+      executor: ``"local"`` (every local device) or ``"submitit"`` (a SLURM job array
+        into ``out``; options in ``slurm`` as for :func:`rankflow.run`).
+      quiet: no progress bar.
 
     Returns:
       ``Results(heads, loss)``: the per-(run, step, layer, head, pair) table and the
@@ -90,10 +95,12 @@ def run(
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
-    from ..sweep import enable_compilation_cache
+    from ..engine import enable_compilation_cache
     from .sweep import execute
 
     cfg = resolve(config, overrides)
     enable_compilation_cache()
-    results, _ = execute(cfg, out, resume=resume, chunk=chunk, quiet=quiet)
+    results, _ = execute(
+        cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
+    )
     return results

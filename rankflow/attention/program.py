@@ -13,7 +13,6 @@ fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequenc
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..simulate import with_status
+from ..engine import programs
+from ..engine.plan import shard
+from ..engine.programs import TRACE_COUNTS
+from ..engine.status import STATUS, with_status
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec
@@ -33,10 +35,7 @@ from .train import iterate, loss_fn
 
 __all__ = ["PARAM_KEYS", "STATUS", "TRACE_COUNTS", "Program", "params_of", "program_for"]
 
-STATUS = ("ok", "diverged", "max_steps")  # codes 0, 1, 2
 PARAM_KEYS = config_lib.NUMERIC_KEYS
-# How many times each structure's program has been traced (tests assert it stays 1).
-TRACE_COUNTS: dict[str, int] = defaultdict(int)
 
 
 @dataclass
@@ -87,20 +86,11 @@ class Program:
         """Run a batch of runs, sharded over all devices (padded to a multiple of
         their number); each run's arithmetic is the same whatever that number."""
         n = len(params["seed"])
-        devices = jax.devices()
-        padded = -(-n // len(devices)) * len(devices)
         with jax.enable_x64(self.spec.x64):
-            batch = {
-                k: jnp.asarray(
-                    np.pad(np.asarray(params[k]), (0, padded - n), mode="edge"),
-                    jnp.int32 if k == "seed" else self.dtype,
-                )
-                for k in PARAM_KEYS
-            }
-            if len(devices) > 1:
-                mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-                sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-                batch = jax.device_put(batch, sharding)
+            batch = shard(
+                {k: params[k] for k in PARAM_KEYS},
+                lambda k: jnp.int32 if k == "seed" else self.dtype,
+            )
             out = self._jitted(batch, self.data())
             out.update(self._heads(out.pop("factors"), out["status"]))
             return jax.tree.map(lambda x: np.asarray(x)[:n], out)
@@ -204,15 +194,10 @@ class Program:
         return with_status(obs, ok, reached, max_steps_hit)
 
 
-_PROGRAMS: dict[str, Program] = {}
-
-
 def program_for(point: Mapping[str, Any]) -> Program:
     """The (cached) program of a point's structure."""
     key = config_lib.structure_key(point)
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = Program(dict(point), key)
-    return _PROGRAMS[key]
+    return programs.program(key, lambda: Program(dict(point), key))
 
 
 def params_of(point: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Attention sweeps through the suite's sweep machinery: chunked plan, one compiled
-program per structure, atomic chunk files, ``--resume``.
+"""The attention family on the engine (:mod:`rankflow.engine`): chunked plan, one
+compiled program per structure, atomic chunk files, ``--resume``, the local and
+submitit executors.
 
 A results directory (``rankflow.store`` layout, plus the loss table)::
 
@@ -21,23 +22,20 @@ per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``).
 from __future__ import annotations
 
 import json
-import sys
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from .. import store
-from ..simulate import sort_rows
-from ..sweep import Chunk, Summary, _progress, chunk_plan
+from .. import engine, store
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
 
-__all__ = ["LOSS", "Results", "execute", "load", "plan", "validation_baseline"]
+__all__ = ["ATTENTION", "LOSS", "Results", "execute", "load", "plan", "validation_baseline"]
 
 LOSS = "loss.parquet"
 # Runs per chunk by default: each chunk trains one vmapped batch of models.
@@ -60,30 +58,17 @@ class Results(NamedTuple):
     loss: pd.DataFrame
 
 
-def plan(cfg: Mapping[str, Any], chunk: int | None = None):
-    """``(points, chunks)``: the core's chunk plan (one program per structure), with
-    ``chunk`` runs per chunk (default: at most :data:`MAX_CHUNK`)."""
-    points = config_lib.expand(cfg)
-    chunks = chunk_plan(
-        points,
-        config_lib.structure_key,
-        paths=lambda point: 1,
-        size=lambda point: chunk or MAX_CHUNK,
-    )
-    return points, chunks
-
-
 def _cell(value):
     return ",".join(value) if isinstance(value, list) else value
 
 
-def run_chunk(points, chunk: Chunk, swept: list[str]) -> Results:
-    """Run one chunk as one batch of its structure's program; its two tables."""
-    ids = [i for i, _ in chunk.runs]
+def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to) -> Results:
+    """Run ``runs`` (``(point index, 0)`` pairs of one structure) as one batch of the
+    structure's program, padded to ``pad_to`` runs; their two tables."""
+    ids = [i for i, _ in runs]
     program = program_for(points[ids[0]])
     rows = [params_of(points[i]) for i in ids]
-    padded = rows + [rows[-1]] * (chunk.pad_to - len(rows))
-    out = program.run({k: np.array([r[k] for r in padded]) for k in PARAM_KEYS})
+    out = program.run(engine.pad_runs(rows, PARAM_KEYS, pad_to))
     out = {k: v[: len(rows)] for k, v in out.items()}
     steps = program.steps
     n, S = len(rows), len(steps)
@@ -124,85 +109,53 @@ def run_chunk(points, chunk: Chunk, swept: list[str]) -> Results:
     return Results(pd.DataFrame(heads), pd.DataFrame(loss))
 
 
-def _expected_rows(points):
-    def heads_rows(c: Chunk) -> int:
-        pt = points[c.runs[0][0]]
-        a = pt["attention"]
-        return c.rows * len(config_lib.save_steps(pt)) * a["layers"] * a["H"] * 2
+class AttentionFamily:
+    """Transformers whose heads are factor pairs: config :mod:`.config`, program
+    :class:`.program.Program`, two tables (``heads``, ``loss``; one run per point)."""
 
-    def loss_rows(c: Chunk) -> int:
-        return c.rows * len(config_lib.save_steps(points[c.runs[0][0]]))
+    # The loss file first: the heads file marks a chunk finished.
+    tables = (LOSS, store.RESULTS)
+    schema = config_lib
+    status_table = LOSS
 
-    return heads_rows, loss_rows
+    def paths(self, point: Mapping[str, Any]) -> int:
+        return 1
+
+    def chunk_size(self, point: Mapping[str, Any]) -> int:
+        return MAX_CHUNK
+
+    def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
+        saves = runs * len(config_lib.save_steps(point))
+        a = point["attention"]
+        return {LOSS: saves, store.RESULTS: saves * a["layers"] * a["H"] * 2}
+
+    def run_chunk(
+        self,
+        points: Sequence[Mapping[str, Any]],
+        runs: Sequence[tuple[int, int]],
+        swept: Sequence[str],
+        pad_to: int | None,
+    ) -> dict[str, pd.DataFrame]:
+        res = run_chunk(points, runs, swept, pad_to)
+        return {LOSS: res.loss, store.RESULTS: res.heads}
+
+    def result(self, tables: Mapping[str, pd.DataFrame]) -> Results:
+        return Results(tables[store.RESULTS], tables[LOSS])
 
 
-def _finished(out, points, chunks) -> tuple[set[int], list[str]]:
-    """Chunks whose heads and loss files are both complete. Corrupt or partial files
-    are removed and named; a chunk with one file but not the other loses it too."""
-    heads_rows, loss_rows = _expected_rows(points)
-    heads, bad = store.finished_chunks(out, chunks, heads_rows)
-    losses, bad_loss = store.finished_chunks(out, chunks, loss_rows, table=LOSS)
-    for c in chunks:
-        if (c.index in heads) != (c.index in losses):
-            store.chunk_path(out, c.index).unlink(missing_ok=True)
-            store.chunk_path(out, c.index, LOSS).unlink(missing_ok=True)
-    return heads & losses, bad + bad_loss
+ATTENTION = AttentionFamily()
 
 
-def execute(
-    cfg: Mapping[str, Any],
-    out: str | Path | None = None,
-    *,
-    resume: bool = False,
-    chunk: int | None = None,
-    quiet: bool = True,
-) -> tuple[Results, Summary]:
-    """Run a resolved attention config's sweep, writing each finished chunk to ``out``
-    (when given) and skipping those already there (``resume``)."""
-    t0 = time.perf_counter()
-    points, chunks = plan(cfg, chunk)
-    swept = [k for k in cfg.get("sweep") or {} if k not in config_lib.NUMERIC_KEYS]
-    todo, frames, redone = list(chunks), [], []
-    if out is not None:
-        store.prepare(
-            out,
-            config_lib.to_json(cfg),
-            chunk_size=chunk,
-            chunks=len(chunks),
-            resume=resume,
-            tables=(store.RESULTS, LOSS),
-        )
-        finished, redone = _finished(out, points, chunks)
-        for name in redone:
-            print(f"rankflow: {name} was corrupt or partial; running it again", file=sys.stderr)
-        todo = [c for c in chunks if c.index not in finished]
-    total = sum(c.rows for c in chunks)
-    with _progress(total, total - sum(c.rows for c in todo), quiet) as bar:
-        for c in todo:
-            res = run_chunk(points, c, swept)
-            if out is not None:  # the heads file last: it marks the chunk finished
-                store.write_chunk(out, c.index, res.loss, table=LOSS)
-                store.write_chunk(out, c.index, res.heads)
-            frames.append(res)
-            bar.update(c.rows)
-    if out is not None:
-        results = load(out)
-    else:
-        results = Results(
-            sort_rows(pd.concat([f.heads for f in frames], ignore_index=True)),
-            sort_rows(pd.concat([f.loss for f in frames], ignore_index=True)),
-        )
-    last = results.loss.groupby("run_id", sort=False)["status"].last()
-    summary = Summary(
-        runs=len(last),
-        diverged=int((last == "diverged").sum()),
-        max_steps=int((last == "max_steps").sum()),
-        seconds=time.perf_counter() - t0,
-        chunks_run=len(todo),
-        chunks_skipped=len(chunks) - len(todo),
-        redone=redone,
-    )
-    return results, summary
+def plan(cfg: Mapping[str, Any], chunk: int | None = None):
+    """``(points, chunks)``: the engine's chunk plan (one program per structure), with
+    ``chunk`` runs per chunk (default: at most :data:`MAX_CHUNK`)."""
+    return engine.plan(ATTENTION, cfg, chunk)
+
+
+# ``execute(cfg, out=None, *, resume, chunk, executor, slurm, quiet)``: a resolved
+# attention config's sweep through the engine (:func:`rankflow.engine.execute`); returns the
+# family's result and a :class:`Summary`.
+execute = partial(engine.execute, ATTENTION, quiet=True)
 
 
 def validation_baseline(path: str | Path) -> float | None:

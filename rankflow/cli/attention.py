@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..config import ConfigError, parse_set
-from .common import add_set_option, check_chunk
+from .common import add_executor_options, add_set_option, check_chunk, slurm_options
 
 
 def add_parser(sub) -> None:
@@ -50,6 +50,7 @@ def _add_train(attention_sub) -> None:
         "--chunk", type=int, metavar="N", help="runs per chunk (default: ≤ 32 per structure)"
     )
     att_train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_executor_options(att_train)
     att_train.set_defaults(func=cmd_train)
 
 
@@ -78,7 +79,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_chunk(args.chunk)
     cfg = resolve(args.config, parse_set(args.sets))  # before compiling
     enable_compilation_cache()
-    _, summary = execute(cfg, args.out, resume=args.resume, chunk=args.chunk, quiet=args.quiet)
+    _, summary = execute(
+        cfg,
+        args.out,
+        resume=args.resume,
+        chunk=args.chunk,
+        executor=args.executor,
+        slurm=slurm_options(args),
+        quiet=args.quiet,
+    )
     print(f"{summary.line()} → {args.out}")
     return 0
 

@@ -18,3 +18,48 @@ def check_chunk(chunk: int | None) -> None:
     """``--chunk``: a positive number of runs, or unset."""
     if chunk is not None and chunk < 1:
         raise ConfigError(f"--chunk: must be ≥ 1, got {chunk}")
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """``--executor`` and the options of ``--executor submitit``, for every sweep command
+    (``run`` and ``attention train``: both go through the one engine)."""
+    parser.add_argument(
+        "--executor",
+        choices=("local", "submitit"),
+        default="local",
+        help="local: this process, every local device; submitit: a SLURM job "
+        "array, one task per group of chunks (default: %(default)s)",
+    )
+    slurm = parser.add_argument_group("SLURM (--executor submitit)")
+    slurm.add_argument("--partition", help="SLURM partition")
+    slurm.add_argument(
+        "--time",
+        type=int,
+        default=60,
+        metavar="MIN",
+        help="time limit of each task in minutes (default: %(default)s)",
+    )
+    slurm.add_argument("--gpus-per-task", type=int, metavar="N", help="GPUs per task")
+    slurm.add_argument(
+        "--array-parallelism", type=int, metavar="N", help="tasks of the array running at once"
+    )
+    slurm.add_argument(
+        "--jobs", type=int, metavar="N", help="array tasks (default: one per unfinished chunk)"
+    )
+    slurm.add_argument(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit cluster (default: slurm where sbatch exists, else local subprocesses)",
+    )
+
+
+def slurm_options(args: argparse.Namespace) -> dict:
+    """The ``slurm`` mapping of the engine's ``execute`` from the parsed SLURM options."""
+    return {
+        "partition": args.partition,
+        "time": args.time,
+        "gpus_per_task": args.gpus_per_task,
+        "array_parallelism": args.array_parallelism,
+        "jobs": args.jobs,
+        "cluster": args.cluster,
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import config as config_lib
-from .common import add_set_option, check_chunk
+from .common import add_executor_options, add_set_option, check_chunk, slurm_options
 
 
 def add_parser(sub) -> None:
@@ -41,53 +41,9 @@ def add_parser(sub) -> None:
         metavar="N",
         help="runs per chunk (default: sized so a chunk needs ≲ 256 MiB)",
     )
-    run.add_argument(
-        "--executor",
-        choices=("local", "submitit"),
-        default="local",
-        help="local: this process, every local device; submitit: a SLURM job "
-        "array, one task per group of chunks (default: %(default)s)",
-    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_slurm_options(run)
+    add_executor_options(run)
     run.set_defaults(func=cmd_run)
-
-
-def add_slurm_options(parser: argparse.ArgumentParser) -> None:
-    """The options of ``--executor submitit``."""
-    slurm = parser.add_argument_group("SLURM (--executor submitit)")
-    slurm.add_argument("--partition", help="SLURM partition")
-    slurm.add_argument(
-        "--time",
-        type=int,
-        default=60,
-        metavar="MIN",
-        help="time limit of each task in minutes (default: %(default)s)",
-    )
-    slurm.add_argument("--gpus-per-task", type=int, metavar="N", help="GPUs per task")
-    slurm.add_argument(
-        "--array-parallelism", type=int, metavar="N", help="tasks of the array running at once"
-    )
-    slurm.add_argument(
-        "--jobs", type=int, metavar="N", help="array tasks (default: one per unfinished chunk)"
-    )
-    slurm.add_argument(
-        "--cluster",
-        choices=("slurm", "local", "debug"),
-        help="submitit cluster (default: slurm where sbatch exists, else local subprocesses)",
-    )
-
-
-def slurm_options(args: argparse.Namespace) -> dict:
-    """The ``slurm`` mapping of ``sweep.execute`` from the parsed SLURM options."""
-    return {
-        "partition": args.partition,
-        "time": args.time,
-        "gpus_per_task": args.gpus_per_task,
-        "array_parallelism": args.array_parallelism,
-        "jobs": args.jobs,
-        "cluster": args.cluster,
-    }
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -437,14 +437,14 @@ def _versions() -> dict[str, str]:
 
 
 def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
-    from ..store import _atomic_write
+    from ..store import atomic_write
 
     out.mkdir(parents=True, exist_ok=True)
     (out / META).unlink(missing_ok=True)  # no marker until everything below is written
     written = []
 
     def put(name, write):
-        _atomic_write(out / name, write)
+        atomic_write(out / name, write)
         written.append(name)
 
     put(HEADS_TABLE, lambda p: insp.heads.to_parquet(p, index=False))
@@ -455,7 +455,7 @@ def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
         for name, write in figures(insp).items():
             put(name, write)
     meta = dict(insp.meta, outputs=written)
-    _atomic_write(out / META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    atomic_write(out / META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return written
 
 

@@ -1,0 +1,103 @@
+"""The one sweep loop of every family: plan, open (or resume) the results directory,
+run the unfinished chunks on an executor, read the tables back, summarise.
+
+Chunk ``i`` of table ``T`` is written as ``DIR/T/chunk-<i>.parquet``; a chunk file
+exists complete or not at all, and a chunk counts as finished only when every table's
+file is complete, so a killed sweep, resumed, ends with exactly the rows of an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import store
+from .executors import check_executor, finished_chunks, run_chunks, submit
+from .family import Family
+from .plan import plan
+
+__all__ = ["Summary", "execute"]
+
+
+@dataclass
+class Summary:
+    runs: int
+    diverged: int
+    max_steps: int
+    seconds: float
+    chunks_run: int
+    chunks_skipped: int
+    redone: list[str]
+
+    def line(self) -> str:
+        rate = self.runs / self.seconds if self.seconds > 0 else float("inf")
+        extra = f", {self.chunks_skipped} chunks resumed" if self.chunks_skipped else ""
+        redo = f", {len(self.redone)} corrupt chunks redone" if self.redone else ""
+        return (
+            f"{self.runs} runs ({self.diverged} diverged, {self.max_steps} max_steps) in "
+            f"{self.seconds:.1f} s, {rate:.3g} runs/s{extra}{redo}"
+        )
+
+
+def execute(
+    family: Family,
+    cfg: Mapping[str, Any],
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    chunk: int | None = None,
+    executor: str = "local",
+    slurm: Mapping[str, Any] | None = None,
+    quiet: bool = False,
+) -> tuple[Any, Summary]:
+    """Run a family's resolved config's sweep (see the module docstring), writing each
+    finished chunk to ``out`` when given and skipping those already there (only with
+    ``resume``). Returns the family's result (all chunks, resumed ones included) and a
+    :class:`Summary`."""
+    t0 = time.perf_counter()
+    check_executor(executor, out)
+    points, chunks = plan(family, cfg, chunk)
+    finished, redone = set(), []
+    if out is not None:
+        store.prepare(
+            out,
+            family.schema.to_json(cfg),
+            chunk_size=chunk,
+            chunks=len(chunks),
+            resume=resume,
+            tables=family.tables,
+        )
+        finished, redone = finished_chunks(family, out, points, chunks)
+        for name in redone:
+            print(f"rankflow: {name} was corrupt or partial; running it again", file=sys.stderr)
+    if executor == "local":
+        frames = run_chunks(family, cfg, out, chunk, quiet=quiet)
+        ran = len(frames)
+    else:
+        todo = [c.index for c in chunks if c.index not in finished]
+        ran = submit(family, cfg, out, chunk, todo, slurm or {}, quiet)
+    if out is not None:
+        tables = {t: store.load(Path(out) / t) for t in family.tables}
+    else:
+        tables = {
+            t: store.sort_rows(pd.concat([f[t] for f in frames], ignore_index=True))
+            for t in family.tables
+        }
+    last = tables[family.status_table].groupby(["run_id", "path"], sort=False)["status"].last()
+    summary = Summary(
+        runs=len(last),
+        diverged=int((last == "diverged").sum()),
+        max_steps=int((last == "max_steps").sum()),
+        seconds=time.perf_counter() - t0,
+        chunks_run=ran,
+        chunks_skipped=len(finished),
+        redone=redone,
+    )
+    return family.result(tables), summary

@@ -1,0 +1,40 @@
+"""The one cache of compiled programs (every family's, keyed by structure) and the
+trace counts that tests read to check that a structure compiles once."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PROGRAMS", "TRACE_COUNTS", "enable_compilation_cache", "program"]
+
+# The programs built so far, by key. Families' keys cannot collide: each is the JSON of
+# a point's structural keys, and the families' sections differ.
+PROGRAMS: dict[str, Any] = {}
+# How many times each structure's program has been traced (tests assert it stays 1).
+TRACE_COUNTS: dict[str, int] = defaultdict(int)
+
+
+def program(key: str, build: Callable[[], Any]) -> Any:
+    """The cached program of ``key``, built by ``build()`` the first time."""
+    if key not in PROGRAMS:
+        PROGRAMS[key] = build()
+    return PROGRAMS[key]
+
+
+def enable_compilation_cache() -> str | None:
+    """Turn on JAX's persistent compilation cache (default ``~/.cache/rankflow/jax``;
+    ``RANKFLOW_CACHE_DIR`` moves it, ``RANKFLOW_CACHE_DIR=off`` turns it off), so a
+    rerun of a sweep in a new process does not compile again."""
+    import jax
+
+    where = os.environ.get("RANKFLOW_CACHE_DIR", str(Path.home() / ".cache/rankflow/jax"))
+    if where.lower() in ("off", "0", "none", ""):
+        return None
+    jax.config.update("jax_compilation_cache_dir", where)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return where
