@@ -74,6 +74,11 @@ def inspect_scatter_figure(
     return fig
 
 
+def _gram_points(ax, entries: pd.DataFrame, zorder: int, **style) -> None:
+    """Gram entries as unjoined points: AᵀA's on x, BᵀB's on y."""
+    ax.plot(entries["gram_a"], entries["gram_b"], ls="none", zorder=zorder, **style)
+
+
 def _scatter_cell(ax, grams: pd.DataFrame, pair: str, layer, unit, index) -> None:
     """One head's (or group's) Gram entries, its null pairing and y = x, in one panel."""
     sel = (
@@ -88,40 +93,11 @@ def _scatter_cell(ax, grams: pd.DataFrame, pair: str, layer, unit, index) -> Non
     xl, yl = _GRAM_LABELS[(pair, kind)]
     if len(null):
         partner = int(null["b_index"].iloc[0])
-        ax.plot(
-            null["gram_a"],
-            null["gram_b"],
-            ls="none",
-            marker=".",
-            ms=3,
-            color="0.6",
-            alpha=0.5,
-            label=f"null: $B^\\top B$ of {kind} {partner}",
-            zorder=1,
-        )
+        null_label = f"null: $B^\\top B$ of {kind} {partner}"
+        _gram_points(ax, null, 1, marker=".", ms=3, color="0.6", alpha=0.5, label=null_label)
     off, diag = real[~real["diagonal"]], real[real["diagonal"]]
-    ax.plot(
-        off["gram_a"],
-        off["gram_b"],
-        ls="none",
-        marker=".",
-        ms=3,
-        color="C0",
-        alpha=0.7,
-        label="off-diagonal entries",
-        zorder=2,
-    )
-    ax.plot(
-        diag["gram_a"],
-        diag["gram_b"],
-        ls="none",
-        marker="o",
-        ms=4,
-        mfc="none",
-        color="C3",
-        label="diagonal entries",
-        zorder=3,
-    )
+    _gram_points(ax, off, 2, marker=".", ms=3, color="C0", alpha=0.7, label="off-diagonal entries")
+    _gram_points(ax, diag, 3, marker="o", ms=4, mfc="none", color="C3", label="diagonal entries")
     vals = np.concatenate([g["gram_a"].to_numpy(float), g["gram_b"].to_numpy(float)])
     vals = vals[np.isfinite(vals)]
     lo, hi = (vals.min(), vals.max()) if vals.size else (0.0, 1.0)

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import LABELS, palette, save_figure
+from .common import LABELS, finish_figure, palette
 
 __all__ = [
     "attention_nuclear_gap_figure",
@@ -42,16 +42,13 @@ def _positive(v) -> np.ndarray:
 
 
 def _finish(fig: Figure, axes, title: str, out_path) -> Figure:
+    """:func:`finish_figure`, with no labels on the minor ticks of log axes."""
     for ax in np.ravel(axes):
-        ax.grid(True, which="major", alpha=0.3)
         # Log axes spanning less than a decade label their minor ticks, which collide.
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
             if scale == "log":
                 axis.set_minor_formatter(mpl.ticker.NullFormatter())
-    fig.suptitle(title)
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    return finish_figure(fig, np.ravel(axes), title, out_path)
 
 
 # --- toy ---------------------------------------------------------------------------------
