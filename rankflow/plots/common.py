@@ -196,8 +196,8 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
 def finish_figure(
     fig: Figure, axes: Sequence[Axes], title: str, out_path: str | Path | None
 ) -> Figure:
-    """Grid every panel, title the figure, and write it to ``out_path`` when given.
-    Returns the figure."""
+    """Grid the panels ``axes``, title the figure, and write it to ``out_path`` when
+    given. Returns the figure."""
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(title)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import DPI, mask_log, save_figure
+from .common import DPI, finish_figure, mask_log
 
 __all__ = ["inspect_layers_figure", "inspect_scatter_figure", "inspection_figures"]
 
@@ -68,10 +68,8 @@ def inspect_scatter_figure(
             ax.legend(fontsize="x-small", loc="lower right")
             ax.grid(True, alpha=0.3)
     head = "Gram entries of attention factors (balanced: on y = x)"
-    fig.suptitle(head + (f"\n{title}" if title else ""))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    # Each panel is gridded as it is drawn (the layers figure switches some off).
+    return finish_figure(fig, (), head + (f"\n{title}" if title else ""), out_path)
 
 
 def _gram_points(ax, entries: pd.DataFrame, zorder: int, **style) -> None:
@@ -207,10 +205,8 @@ def inspect_layers_figure(
                 ax.set_title(f"{_PAIR_TITLES[pair]}", fontsize="medium")
                 ax.legend(fontsize="small")
     head = f"Balance of attention factors per layer: {unit} against a null pairing"
-    fig.suptitle(head + (f"\n{title}" if title else ""))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    # Each panel is gridded as it is drawn (the layers figure switches some off).
+    return finish_figure(fig, (), head + (f"\n{title}" if title else ""), out_path)
 
 
 def inspection_figures(insp) -> dict[str, Callable[[Path], object]]:
