@@ -8,9 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import config as config_lib
-from .engine import enable_compilation_cache
-from .sweep import execute
+from . import engine
+from .sweep import CORE
 
 __all__ = ["run"]
 
@@ -47,9 +46,15 @@ def run(
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
-    cfg = config_lib.resolve(config, overrides)
-    enable_compilation_cache()
-    df, _ = execute(
-        cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
+    df, _ = engine.run(
+        CORE,
+        config,
+        overrides,
+        out=out,
+        resume=resume,
+        chunk=chunk,
+        executor=executor,
+        slurm=slurm,
+        quiet=quiet,
     )
     return df

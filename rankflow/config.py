@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import os
 import sys
 import warnings
@@ -125,11 +124,7 @@ NUMERIC_KEYS = (
 
 
 SCHEMA: dict[str, dict[str, Field]] = {
-    "": {
-        "seed": Field(INT, 0, "PRNG seed: problem data, initialisation, noise", ge(0)),
-        "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
-        "name": Field(STR, "", "free-form experiment name, copied to config.json"),
-    },
+    "": schema_lib.top_fields("PRNG seed: problem data, initialisation, noise"),
     "problem": {
         "kind": Field(STR, "diagonal", "loss of W = ABᵀ", one_of(PROBLEM_KINDS)),
         "singular_values": Field(
@@ -490,21 +485,12 @@ def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The product of the sweep lists: one validated point per combination, its derived
     values filled, in row-major order of the ``[sweep]`` table (the first key varies
     slowest)."""
-    points = schema_lib.sweep_points(cfg, SCHEMA)
-    for point in points:
-        validate(point)
-    return [derive(point) for point in points]
+    return schema_lib.expand_points(cfg, SCHEMA, validate, derive)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:
     """Everything of a point that shapes the compiled program (numeric keys removed)."""
-    flat = flatten(point)
-    for k in NUMERIC_KEYS:
-        flat.pop(k)
-    loss = flat.get("problem.loss")
-    if callable(loss):
-        flat["problem.loss"] = f"{loss.__module__}.{loss.__qualname__}#{id(loss)}"
-    return json.dumps(flat, sort_keys=True)
+    return schema_lib.structure_key(point, SCHEMA, NUMERIC_KEYS)
 
 
 def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import json
 import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "check_value",
     "choice",
     "defaults_of",
+    "expand_points",
     "field",
     "flatten",
     "ge",
@@ -53,7 +55,9 @@ __all__ = [
     "read_config",
     "set_dotted",
     "shared_base",
+    "structure_key",
     "suggest",
+    "top_fields",
     "sweep_points",
     "unalias",
 ]
@@ -113,6 +117,16 @@ def suggest(name: str, options) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``options``, or an empty string."""
     close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def top_fields(seed_help: str) -> dict[str, Field]:
+    """The top-level section of every family's schema: its PRNG ``seed`` (``seed_help``
+    says what it seeds), ``x64`` and the free-form ``name`` (neither sweepable)."""
+    return {
+        "seed": Field(INT, 0, seed_help, ge(0)),
+        "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
+        "name": Field(STR, "", "free-form experiment name, copied to config.json"),
+    }
 
 
 def defaults_of(schema: Schema) -> dict[str, Any]:
@@ -409,6 +423,32 @@ def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]
         point["sweep"] = {}
         points.append(point)
     return points
+
+
+def expand_points(
+    cfg: Mapping[str, Any],
+    schema: Schema,
+    validate: Callable[[Mapping[str, Any]], None],
+    derive: Callable[[dict[str, Any]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The points of :func:`sweep_points`, each checked by the family's ``validate``
+    (all of them, before any is changed) and then filled in by its ``derive``."""
+    points = sweep_points(cfg, schema)
+    for point in points:
+        validate(point)
+    return [derive(point) for point in points]
+
+
+def structure_key(point: Mapping[str, Any], schema: Schema, traced: Iterable[str]) -> str:
+    """Everything of a point that shapes its family's compiled program, as JSON: every
+    key but the ``traced`` ones; a callable (a custom loss) by its name and identity."""
+    flat = flatten(point, schema)
+    for k in traced:
+        flat.pop(k)
+    for k, v in flat.items():
+        if callable(v):
+            flat[k] = f"{v.__module__}.{v.__qualname__}#{id(v)}"
+    return json.dumps(flat, sort_keys=True)
 
 
 def shared_base(

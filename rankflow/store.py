@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ __all__ = [
     "atomic_write",
     "finished_chunks",
     "load",
+    "package_versions",
     "prepare",
     "sort_rows",
     "write_chunk",
@@ -72,9 +73,11 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-def _versions() -> dict[str, str]:
+def package_versions(names: Iterable[str] = _PACKAGES) -> dict[str, str]:
+    """The installed version of each package in ``names`` (those not installed left
+    out), for the provenance a results directory records."""
     out = {}
-    for name in _PACKAGES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -98,7 +101,7 @@ def provenance() -> dict[str, Any]:
     import jax
 
     return {
-        "versions": _versions(),
+        "versions": package_versions(),
         "devices": [str(d) for d in jax.devices()],
         "git_commit": _git_commit(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

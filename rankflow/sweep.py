@@ -77,13 +77,10 @@ class CoreFamily:
         return {store.RESULTS: runs * len(config_lib.save_times(point))}
 
     def run_chunk(
-        self,
-        points: Sequence[Mapping[str, Any]],
-        runs: Sequence[tuple[int, int]],
-        swept: Sequence[str],
-        pad_to: int | None,
+        self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        return {store.RESULTS: run_runs(list(points), list(runs), swept, pad_to=pad_to)}
+        rows = run_runs(list(points), list(chunk.runs), swept, pad_to=chunk.pad_to)
+        return {store.RESULTS: rows}
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         return tables[store.RESULTS]

@@ -68,12 +68,8 @@ def run(
     config: str | Path | Mapping[str, Any],
     *,
     overrides: Mapping[str, Any] | None = None,
-    out: str | Path | None = None,
-    resume: bool = False,
-    chunk: int | None = None,
-    executor: str = "local",
-    slurm: Mapping[str, Any] | None = None,
     quiet: bool = True,
+    **options: Any,
 ) -> Results:
     """Validate an attention config, train every point of its sweep, return the tables.
 
@@ -81,12 +77,12 @@ def run(
       config: a TOML path or nested dict (sections ``attention``, ``task``, ``train``,
         ``solver``, ``sweep``; ``rankflow attention train --help`` lists every key).
       overrides: dotted keys to set first, e.g. ``{"train.lam": 0.1}``.
-      out: a results directory, written chunk by chunk (resumable).
-      resume: continue the sweep already in ``out``.
-      chunk: runs per compiled batch (default: a structure's runs, at most 32).
-      executor: ``"local"`` (every local device) or ``"submitit"`` (a SLURM job array
-        into ``out``; options in ``slurm`` as for :func:`rankflow.run`).
       quiet: no progress bar.
+      options: the sweep options of :func:`rankflow.run`, the same for every family:
+        ``out`` (a results directory, written chunk by chunk), ``resume`` (continue
+        the sweep already in ``out``), ``chunk`` (runs per compiled batch; default: a
+        structure's runs, at most 32), ``executor`` (``"local"``, every local device,
+        or ``"submitit"``, a SLURM job array into ``out``) and ``slurm``.
 
     Returns:
       ``Results(heads, loss)``: the per-(run, step, layer, head, pair) table and the
@@ -95,12 +91,8 @@ def run(
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
-    from ..engine import enable_compilation_cache
-    from .sweep import execute
+    from .. import engine
+    from .sweep import ATTENTION
 
-    cfg = resolve(config, overrides)
-    enable_compilation_cache()
-    results, _ = execute(
-        cfg, out, resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet
-    )
+    results, _ = engine.run(ATTENTION, config, overrides, quiet=quiet, **options)
     return results

@@ -110,13 +110,7 @@ def _fraction(v):
 
 
 SCHEMA: dict[str, dict[str, Field]] = {
-    "": {
-        "seed": Field(
-            INT, 0, "PRNG seed: initialisation, minibatches, gradient flow's batch", ge(0)
-        ),
-        "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
-        "name": Field(STR, "", "free-form experiment name, copied to config.json"),
-    },
+    "": schema_lib.top_fields("PRNG seed: initialisation, minibatches, gradient flow's batch"),
     "attention": {
         "D": Field(INT, 32, "model width (residual stream)", ge(1)),
         "H": Field(INT, 4, "heads per layer; d_h = D/H", ge(1)),
@@ -309,18 +303,12 @@ def resolve(
 def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The product of the sweep lists (first key slowest): one validated point each,
     with every group's λ filled in."""
-    points = schema_lib.sweep_points(cfg, SCHEMA)
-    for point in points:
-        validate(point)
-    return [derive(point) for point in points]
+    return schema_lib.expand_points(cfg, SCHEMA, validate, derive)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:
     """Everything of a point that shapes the compiled program (numeric keys removed)."""
-    flat = flatten(point)
-    for k in NUMERIC_KEYS + ("name",):
-        flat.pop(k)
-    return json.dumps(flat, sort_keys=True)
+    return schema_lib.structure_key(point, SCHEMA, NUMERIC_KEYS + ("name",))
 
 
 def save_steps(point: Mapping[str, Any]) -> list[int]:

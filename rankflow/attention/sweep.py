@@ -130,13 +130,9 @@ class AttentionFamily:
         return {LOSS: saves, store.RESULTS: saves * a["layers"] * a["H"] * 2}
 
     def run_chunk(
-        self,
-        points: Sequence[Mapping[str, Any]],
-        runs: Sequence[tuple[int, int]],
-        swept: Sequence[str],
-        pad_to: int | None,
+        self, points: Sequence[Mapping[str, Any]], chunk: engine.Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        res = run_chunk(points, runs, swept, pad_to)
+        res = run_chunk(points, list(chunk.runs), swept, chunk.pad_to)
         return {LOSS: res.loss, store.RESULTS: res.heads}
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> Results:

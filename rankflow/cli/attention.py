@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import ConfigError, parse_set
-from .common import add_executor_options, add_set_option, check_chunk, slurm_options
+from ..config import ConfigError
+from .common import add_command, add_executor_options, add_set_option, run_sweep
 
 
 def add_parser(sub) -> None:
     """``attention train CONFIG --out DIR ...`` and ``attention plot FIGURE DIR ...``."""
-    attention = sub.add_parser(
+    attention = add_command(
+        sub,
         "attention",
+        None,
         help="a transformer whose heads are factor pairs: train it (optimizers with "
         "weight decay per parameter group, or gradient flow) and plot its heads",
         description="Attention layers (THEORY.md): a flax NNX decoder-only transformer "
@@ -27,8 +29,10 @@ def add_parser(sub) -> None:
 def _add_train(attention_sub) -> None:
     from ..attention.config import keys_help
 
-    att_train = attention_sub.add_parser(
+    att_train = add_command(
+        attention_sub,
         "train",
+        cmd_train,
         help="train CONFIG.toml's sweep into DIR: heads table (run × step × layer × "
         "head × pair), loss table (train/val), config.json; resumable",
         description="Train every point of CONFIG.toml's [sweep]. Numeric keys (marked *) "
@@ -36,7 +40,6 @@ def _add_train(attention_sub) -> None:
         "written atomically to DIR/results.parquet/ (heads) and DIR/loss.parquet/ "
         "(losses), so a killed run continues with --resume.",
         epilog=keys_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     att_train.add_argument("config", help="TOML config file (see sims/attention/)")
     add_set_option(
@@ -51,12 +54,13 @@ def _add_train(attention_sub) -> None:
     )
     att_train.add_argument("--quiet", action="store_true", help="no progress bar")
     add_executor_options(att_train)
-    att_train.set_defaults(func=cmd_train)
 
 
 def _add_plot(attention_sub) -> None:
-    att_plot = attention_sub.add_parser(
+    att_plot = add_command(
+        attention_sub,
         "plot",
+        cmd_plot,
         help="figures of attention results: rank (per-head rank vs λ), balance (per-head "
         "balance gap vs step, one DIR per dynamics), ablation (validation loss, mean ± std "
         "over seeds, per weight-decay variant)",
@@ -67,29 +71,14 @@ def _add_plot(attention_sub) -> None:
     att_plot.add_argument(
         "--table", metavar="TABLE.md", help="ablation: also write the markdown table"
     )
-    att_plot.set_defaults(func=cmd_plot)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Validate the config (before compiling), then train its sweep into ``--out``."""
     from ..attention import resolve
     from ..attention.sweep import execute
-    from ..sweep import enable_compilation_cache
 
-    check_chunk(args.chunk)
-    cfg = resolve(args.config, parse_set(args.sets))  # before compiling
-    enable_compilation_cache()
-    _, summary = execute(
-        cfg,
-        args.out,
-        resume=args.resume,
-        chunk=args.chunk,
-        executor=args.executor,
-        slurm=slurm_options(args),
-        quiet=args.quiet,
-    )
-    print(f"{summary.line()} → {args.out}")
-    return 0
+    return run_sweep(resolve, execute, args)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -3,8 +3,34 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_set
+
+
+def add_command(
+    sub,
+    name: str,
+    func: Callable[[argparse.Namespace], int] | None,
+    *,
+    help: str,
+    description: str | None = None,
+    epilog: str | None = None,
+    aliases: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` (in ``sub``, an ``add_subparsers`` action),
+    which runs ``func`` (None: a group of subcommands). An ``epilog`` (a table of
+    config keys) is printed as written."""
+    layout = {}
+    if epilog is not None:
+        layout = {"epilog": epilog, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    parser = sub.add_parser(
+        name, aliases=list(aliases), help=help, description=description, **layout
+    )
+    if func is not None:
+        parser.set_defaults(func=func)
+    return parser
 
 
 def add_set_option(parser: argparse.ArgumentParser, help: str) -> None:
@@ -63,3 +89,25 @@ def slurm_options(args: argparse.Namespace) -> dict:
         "jobs": args.jobs,
         "cluster": args.cluster,
     }
+
+
+def run_sweep(resolve: Callable[..., Mapping[str, Any]], execute: Callable[..., Any], args) -> int:
+    """A sweep command (``run``, ``attention train``): resolve ``args.config`` with its
+    ``--set`` overrides (every config error before compiling), run the family's sweep
+    (``execute``) into ``--out`` with the executor options, print the summary."""
+    from ..engine import enable_compilation_cache
+
+    check_chunk(args.chunk)
+    cfg = resolve(args.config, parse_set(args.sets))
+    enable_compilation_cache()
+    _, summary = execute(
+        cfg,
+        args.out,
+        resume=args.resume,
+        chunk=args.chunk,
+        executor=args.executor,
+        slurm=slurm_options(args),
+        quiet=args.quiet,
+    )
+    print(f"{summary.line()} → {args.out}")
+    return 0

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .. import config as config_lib
-from .common import add_set_option
+from .common import add_command, add_set_option
 
 
 def options_help() -> str:
@@ -26,20 +26,20 @@ def options_help() -> str:
 
 def add_parser(sub) -> None:
     """``compare CONFIG --out DIR [--set KEY=VALUE ...]``."""
-    compare = sub.add_parser(
+    compare = add_command(
+        sub,
         "compare",
+        cmd_compare,
         help="run a discrete optimizer and its flow side by side: trajectory distance, "
         "per-step contraction (T5), order in η (T8), SGF mean against T6",
         description="Run CONFIG.toml's optimizer (dynamics.kind: gd, sgd_gaussian, momentum "
         "or momentum_coupled) and the flow it discretises on the same problem, start and "
         "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR.",
         epilog=options_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("config", help="TOML config naming a discrete optimizer")
     add_set_option(compare, "override a config key or a compare.* option (repeatable)")
     compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    compare.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .. import config as config_lib
+from .common import add_command
 
 # The demo's experiment: sims/ beside the package (a source checkout).
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "sims" / "demo.toml"
@@ -14,8 +15,10 @@ DEMO_CONFIG = Path(__file__).resolve().parents[2] / "sims" / "demo.toml"
 
 def add_parser(sub) -> None:
     """``demo [--out DIR]``."""
-    demo = sub.add_parser(
+    demo = add_command(
+        sub,
         "demo",
+        cmd_demo,
         help="a short built-in demo: GD on the paper's 5×5 toy "
         "for four λ, writing a results table and a figure",
     )
@@ -25,7 +28,6 @@ def add_parser(sub) -> None:
         metavar="DIR",
         help="results directory (default: %(default)s)",
     )
-    demo.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

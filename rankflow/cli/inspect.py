@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import time
 
+from .common import add_command
+
 
 def add_parser(sub) -> None:
     """``inspect PATH --out DIR [--arch] [--layers] [--heads] [--scatter] ...``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "inspect",
+        cmd_inspect,
         help="inspect a pretrained safetensors checkpoint for the balance fingerprint "
         "of weight decay, head by head, against a null pairing",
         description="Read PATH (a .safetensors file, a sharded model.safetensors.index.json, "
@@ -59,7 +63,6 @@ def add_parser(sub) -> None:
     )
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
-    parser.set_defaults(func=cmd_inspect)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

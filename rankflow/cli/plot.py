@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 
 from ..config import ConfigError
+from .common import add_command
 
 
 def add_parser(sub) -> None:
     """``plot DIR --out FIG.png [--x] [--y] [--hue] [--logy]``."""
-    plot = sub.add_parser(
+    plot = add_command(
+        sub,
         "plot",
+        cmd_plot,
         help="quick look at a results directory: median and interquartile band over seeds/paths",
     )
     plot.add_argument("results", metavar="DIR", help="results directory")
@@ -19,7 +22,6 @@ def add_parser(sub) -> None:
     plot.add_argument("--hue", help="one line per value of this column, e.g. dynamics.lam")
     plot.add_argument("--logy", action="store_true", help="log-scale y axis")
     plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
-    plot.set_defaults(func=cmd_plot)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import time
 
+from .common import add_command
+
 
 def add_parser(sub) -> None:
     """``reproduce --out DIR [--quick | --full] [--only NAME ...] [--checkpoint PATH]``."""
-    reproduce = sub.add_parser(
+    reproduce = add_command(
+        sub,
         "reproduce",
+        cmd_reproduce,
         help="the paper's claims as experiments: runs them, writes figures, tables and "
         "DIR/report.md with a pass/fail verdict per claim",
         description="Run the experiments of sims/reproduce/ (toy, balancing, rank, discrete, "
@@ -34,7 +38,6 @@ def add_parser(sub) -> None:
     )
     reproduce.add_argument("--out", required=True, metavar="DIR", help="output directory")
     reproduce.add_argument("--quiet", action="store_true", help="no progress lines")
-    reproduce.set_defaults(func=cmd_reproduce)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 
 from .. import config as config_lib
-from .common import add_executor_options, add_set_option, check_chunk, slurm_options
+from .common import add_command, add_executor_options, add_set_option, run_sweep
 
 
 def add_parser(sub) -> None:
     """``run``/``sweep`` CONFIG --out DIR [--resume] [--chunk N] [--executor ...]."""
-    run = sub.add_parser(
+    run = add_command(
+        sub,
         "run",
-        aliases=["sweep"],
+        cmd_run,
+        aliases=("sweep",),
         help="run one config and its [sweep] (chunked, resumable, on every device or "
         "on SLURM) into a results directory",
         description="Run CONFIG.toml: every point of its [sweep]. Numeric axes share one "
@@ -21,7 +23,6 @@ def add_parser(sub) -> None:
         "DIR/results.parquet/, so a killed sweep continues with --resume. "
         "`rankflow sweep` is the same command.",
         epilog=config_lib.keys_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("config", help="TOML config file (see sims/ for examples)")
     add_set_option(
@@ -43,25 +44,10 @@ def add_parser(sub) -> None:
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     add_executor_options(run)
-    run.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate the config (before compiling), then run its sweep into ``--out``."""
-    from ..sweep import enable_compilation_cache, execute
+    from ..sweep import execute
 
-    check_chunk(args.chunk)
-    overrides = config_lib.parse_set(args.sets)
-    cfg = config_lib.resolve(args.config, overrides)  # errors here, before compiling
-    enable_compilation_cache()
-    _, summary = execute(
-        cfg,
-        args.out,
-        resume=args.resume,
-        chunk=args.chunk,
-        executor=args.executor,
-        slurm=slurm_options(args),
-        quiet=args.quiet,
-    )
-    print(f"{summary.line()} → {args.out}")
-    return 0
+    return run_sweep(config_lib.resolve, execute, args)

@@ -5,6 +5,7 @@ loop (:mod:`.execute`). A family plugs in through the :class:`Family` protocol."
 
 from .execute import Summary as Summary
 from .execute import execute as execute
+from .execute import run as run
 from .family import Family as Family
 from .plan import Chunk as Chunk
 from .plan import chunk_plan as chunk_plan
@@ -30,6 +31,7 @@ __all__ = [
     "pad_runs",
     "plan",
     "program",
+    "run",
     "shard",
     "swept_structure_keys",
     "with_status",

@@ -22,8 +22,9 @@ from .. import store
 from .executors import check_executor, finished_chunks, run_chunks, submit
 from .family import Family
 from .plan import plan
+from .programs import enable_compilation_cache
 
-__all__ = ["Summary", "execute"]
+__all__ = ["Summary", "execute", "run"]
 
 
 @dataclass
@@ -101,3 +102,18 @@ def execute(
         redone=redone,
     )
     return family.result(tables), summary
+
+
+def run(
+    family: Family,
+    config: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> tuple[Any, Summary]:
+    """Resolve a family's config (a TOML path or nested dict; every config error is
+    raised here, before anything compiles), then :func:`execute` its sweep with
+    ``options`` (``out``, ``resume``, ``chunk``, ``executor``, ``slurm``, ``quiet``),
+    reading and writing the persistent compilation cache."""
+    cfg = family.schema.resolve(config, overrides)
+    enable_compilation_cache()
+    return execute(family, cfg, **options)

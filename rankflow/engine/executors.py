@@ -67,7 +67,7 @@ def run_chunks(
     total = sum(c.rows for c in chunks)
     with progress(total, total - sum(c.rows for c in todo), quiet) as bar:
         for c in todo:
-            tables = family.run_chunk(points, list(c.runs), swept, c.pad_to)
+            tables = family.run_chunk(points, c, swept)
             if out is not None:
                 for table in family.tables:
                     store.write_chunk(out, c.index, tables[table], table=table)

@@ -10,12 +10,27 @@ executors — is the engine's, the same for every family.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
 import pandas as pd
 
-__all__ = ["Family"]
+__all__ = ["Chunk", "Family"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The engine's unit of work: runs of one structure, run as one padded batch."""
+
+    index: int
+    group: int
+    runs: tuple[tuple[int, int], ...]  # (run_id, path)
+    pad_to: int  # batch size of the group's program
+
+    @property
+    def rows(self) -> int:
+        return len(self.runs)
 
 
 class Family(Protocol):
@@ -48,15 +63,11 @@ class Family(Protocol):
         ...
 
     def run_chunk(
-        self,
-        points: Sequence[Mapping[str, Any]],
-        runs: Sequence[tuple[int, int]],
-        swept: Sequence[str],
-        pad_to: int | None,
+        self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        """Run ``runs`` (``(point index, path)`` pairs of one structure) as one batch of
-        the structure's program, padded to ``pad_to`` runs; each table's rows, with a
-        column per ``swept`` structural key."""
+        """Run the chunk's runs (``(point index, path)`` pairs of one structure) as one
+        batch of the structure's program, padded to ``chunk.pad_to`` runs; each table's
+        rows, with a column per ``swept`` structural key."""
         ...
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> Any:

@@ -10,26 +10,13 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .family import Family
+from .family import Chunk, Family
 
 __all__ = ["Chunk", "chunk_plan", "pad_runs", "plan", "shard", "swept_structure_keys"]
-
-
-@dataclass(frozen=True)
-class Chunk:
-    index: int
-    group: int
-    runs: tuple[tuple[int, int], ...]  # (run_id, path)
-    pad_to: int  # batch size of the group's program
-
-    @property
-    def rows(self) -> int:
-        return len(self.runs)
 
 
 def chunk_plan(

@@ -16,7 +16,6 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -427,13 +426,9 @@ def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
 
 @functools.cache
 def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("rankflow", "safetensors", "numpy", "pandas", "pyarrow", "matplotlib"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    from ..store import package_versions
+
+    return package_versions(("rankflow", "safetensors", "numpy", "pandas", "pyarrow", "matplotlib"))
 
 
 def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:

@@ -191,3 +191,16 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
     return path
+
+
+def finish_figure(
+    fig: Figure, axes: Sequence[Axes], title: str, out_path: str | Path | None
+) -> Figure:
+    """Grid the panels ``axes``, title the figure, and write it to ``out_path`` when
+    given. Returns the figure."""
+    for ax in axes:
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle(title)
+    if out_path is not None:
+        save_figure(fig, out_path)
+    return fig

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import axis_label, mask_log, save_figure
+from .common import axis_label, finish_figure, mask_log, save_figure
 
 __all__ = [
     "compare_contraction_figure",
@@ -66,37 +66,27 @@ def compare_trajectory_figure(df: pd.DataFrame, out_path: str | Path | None = No
     ax_a, ax_b = fig.subplots(1, 2)
     _distance_panel(ax_a, df)
     _gap_panel(ax_b, df)
-    for ax in (ax_a, ax_b):
-        ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle("Discrete optimizer against its flow: " + _compare_setting(df))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    title = "Discrete optimizer against its flow: " + _compare_setting(df)
+    return finish_figure(fig, (ax_a, ax_b), title, out_path)
+
+
+def _trajectory_setting(df: pd.DataFrame):
+    """Of a trajectory table: its first row, the times, whether it compares means over
+    paths (stochastic dynamics), and the optimizer's and the flow's names."""
+    s = df.iloc[0]
+    opt, flow = _dyn_name(s["dynamics.kind"]), _dyn_name(s["flow.kind"])
+    return s, df["t"].to_numpy(float), s["measure"] != "paths", opt, flow
 
 
 def _distance_panel(ax_a, df: pd.DataFrame) -> None:
     """(a) of the trajectory figure: optimizer–flow distance (and Monte Carlo floor)."""
-    s = df.iloc[0]
-    t = df["t"].to_numpy(float)
-    stochastic = s["measure"] != "paths"
-    opt, flow = _dyn_name(s["dynamics.kind"]), _dyn_name(s["flow.kind"])
+    _, t, stochastic, opt, flow = _trajectory_setting(df)
     of_means = " of the means over paths" if stochastic else ""
-    ax_a.plot(
-        t,
-        mask_log(df["distance"], True),
-        "o-",
-        ms=3,
-        color="C0",
-        label=rf"$\|\theta_k-\theta(t{{=}}k)\|_F${of_means}",
-    )
-    ax_a.plot(
-        t,
-        mask_log(df["relative_distance"], True),
-        "s:",
-        ms=3,
-        color="C2",
-        label=r"relative: distance / $\|\theta(t{=}k)\|_F$",
-    )
+    for col, fmt, color, label in (
+        ("distance", "o-", "C0", rf"$\|\theta_k-\theta(t{{=}}k)\|_F${of_means}"),
+        ("relative_distance", "s:", "C2", r"relative: distance / $\|\theta(t{=}k)\|_F$"),
+    ):
+        ax_a.plot(t, mask_log(df[col], True), fmt, ms=3, color=color, label=label)
     if stochastic:
         ax_a.plot(
             t,
@@ -118,10 +108,7 @@ def _distance_panel(ax_a, df: pd.DataFrame) -> None:
 
 def _gap_panel(ax_b, df: pd.DataFrame) -> None:
     """(b) of the trajectory figure: the balance gap of both, T4 for GD's flow."""
-    s = df.iloc[0]
-    t = df["t"].to_numpy(float)
-    stochastic = s["measure"] != "paths"
-    opt, flow = _dyn_name(s["dynamics.kind"]), _dyn_name(s["flow.kind"])
+    s, t, stochastic, opt, flow = _trajectory_setting(df)
     mean = " (mean over paths)" if stochastic else ""
     gap_o = mask_log(df["optimizer.balance_gap"], True)
     gap_f = mask_log(df["flow.balance_gap"], True)
@@ -171,20 +158,11 @@ def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = N
         label=r"T5 one step: $\|(1-\eta\lambda)^2D_k+\eta^2(B^\top G^\top GB"
         r"-A^\top GG^\top A)\|_F/\|D_k\|_F$",
     )
-    ax_a.axhline(
-        gd_c,
-        ls="--",
-        color="0.35",
-        lw=1.2,
-        label=rf"$(1-\eta\lambda)^2$ = {gd_c:.6f} (T5, leading term)",
-    )
-    ax_a.axhline(
-        gf_c,
-        ls="--",
-        color="C2",
-        lw=1.2,
-        label=rf"$e^{{-2\eta\lambda}}$ = {gf_c:.6f} (T4, gradient flow)",
-    )
+    for c, color, label in (
+        (gd_c, "0.35", rf"$(1-\eta\lambda)^2$ = {gd_c:.6f} (T5, leading term)"),
+        (gf_c, "C2", rf"$e^{{-2\eta\lambda}}$ = {gf_c:.6f} (T4, gradient flow)"),
+    ):
+        ax_a.axhline(c, ls="--", color=color, lw=1.2, label=label)
     ax_a.set(
         xlabel="step k (optimizer steps)",
         ylabel=r"per-step ratio $\|D_{k+1}\|_F/\|D_k\|_F$, $D=A^\top A-B^\top B$",
@@ -207,12 +185,8 @@ def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = N
     )
     ax_b.set_title("(b) T5 is exact; the constants miss an O(η²) term", fontsize="medium")
     ax_b.legend(fontsize="small")
-    for ax in (ax_a, ax_b):
-        ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle("Balance gap of GD, step by step (THEORY.md T5): " + _compare_setting(df))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    title = "Balance gap of GD, step by step (THEORY.md T5): " + _compare_setting(df)
+    return finish_figure(fig, (ax_a, ax_b), title, out_path)
 
 
 def compare_order_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
@@ -327,12 +301,8 @@ def compare_sde_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> 
     ax_c.set(xlabel=axis_label("t"), ylabel="(mean − T6) / Monte Carlo SE")
     ax_c.set_title("(c) deviation from T6 in standard errors", fontsize="medium")
     ax_c.legend(fontsize="small")
-    for ax in (ax_a, ax_b, ax_c):
-        ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle("Stochastic balancing against T6: " + _compare_setting(df))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    title = "Stochastic balancing against T6: " + _compare_setting(df)
+    return finish_figure(fig, (ax_a, ax_b, ax_c), title, out_path)
 
 
 # One figure per table of ``rankflow.compare.compare``, by table name.

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import DPI, mask_log, save_figure
+from .common import DPI, finish_figure, mask_log
 
 __all__ = ["inspect_layers_figure", "inspect_scatter_figure", "inspection_figures"]
 
@@ -68,10 +68,13 @@ def inspect_scatter_figure(
             ax.legend(fontsize="x-small", loc="lower right")
             ax.grid(True, alpha=0.3)
     head = "Gram entries of attention factors (balanced: on y = x)"
-    fig.suptitle(head + (f"\n{title}" if title else ""))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    # Each panel is gridded as it is drawn (the layers figure switches some off).
+    return finish_figure(fig, (), head + (f"\n{title}" if title else ""), out_path)
+
+
+def _gram_points(ax, entries: pd.DataFrame, zorder: int, **style) -> None:
+    """Gram entries as unjoined points: AᵀA's on x, BᵀB's on y."""
+    ax.plot(entries["gram_a"], entries["gram_b"], ls="none", zorder=zorder, **style)
 
 
 def _scatter_cell(ax, grams: pd.DataFrame, pair: str, layer, unit, index) -> None:
@@ -88,40 +91,11 @@ def _scatter_cell(ax, grams: pd.DataFrame, pair: str, layer, unit, index) -> Non
     xl, yl = _GRAM_LABELS[(pair, kind)]
     if len(null):
         partner = int(null["b_index"].iloc[0])
-        ax.plot(
-            null["gram_a"],
-            null["gram_b"],
-            ls="none",
-            marker=".",
-            ms=3,
-            color="0.6",
-            alpha=0.5,
-            label=f"null: $B^\\top B$ of {kind} {partner}",
-            zorder=1,
-        )
+        null_label = f"null: $B^\\top B$ of {kind} {partner}"
+        _gram_points(ax, null, 1, marker=".", ms=3, color="0.6", alpha=0.5, label=null_label)
     off, diag = real[~real["diagonal"]], real[real["diagonal"]]
-    ax.plot(
-        off["gram_a"],
-        off["gram_b"],
-        ls="none",
-        marker=".",
-        ms=3,
-        color="C0",
-        alpha=0.7,
-        label="off-diagonal entries",
-        zorder=2,
-    )
-    ax.plot(
-        diag["gram_a"],
-        diag["gram_b"],
-        ls="none",
-        marker="o",
-        ms=4,
-        mfc="none",
-        color="C3",
-        label="diagonal entries",
-        zorder=3,
-    )
+    _gram_points(ax, off, 2, marker=".", ms=3, color="C0", alpha=0.7, label="off-diagonal entries")
+    _gram_points(ax, diag, 3, marker="o", ms=4, mfc="none", color="C3", label="diagonal entries")
     vals = np.concatenate([g["gram_a"].to_numpy(float), g["gram_b"].to_numpy(float)])
     vals = vals[np.isfinite(vals)]
     lo, hi = (vals.min(), vals.max()) if vals.size else (0.0, 1.0)
@@ -231,10 +205,8 @@ def inspect_layers_figure(
                 ax.set_title(f"{_PAIR_TITLES[pair]}", fontsize="medium")
                 ax.legend(fontsize="small")
     head = f"Balance of attention factors per layer: {unit} against a null pairing"
-    fig.suptitle(head + (f"\n{title}" if title else ""))
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    # Each panel is gridded as it is drawn (the layers figure switches some off).
+    return finish_figure(fig, (), head + (f"\n{title}" if title else ""), out_path)
 
 
 def inspection_figures(insp) -> dict[str, Callable[[Path], object]]:

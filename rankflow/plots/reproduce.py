@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import LABELS, palette, save_figure
+from .common import LABELS, finish_figure, palette
 
 __all__ = [
     "attention_nuclear_gap_figure",
@@ -42,16 +42,13 @@ def _positive(v) -> np.ndarray:
 
 
 def _finish(fig: Figure, axes, title: str, out_path) -> Figure:
+    """:func:`finish_figure`, with no labels on the minor ticks of log axes."""
     for ax in np.ravel(axes):
-        ax.grid(True, which="major", alpha=0.3)
         # Log axes spanning less than a decade label their minor ticks, which collide.
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
             if scale == "log":
                 axis.set_minor_formatter(mpl.ticker.NullFormatter())
-    fig.suptitle(title)
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    return finish_figure(fig, np.ravel(axes), title, out_path)
 
 
 # --- toy ---------------------------------------------------------------------------------
@@ -215,11 +212,17 @@ def _momentum_panel(ax, rates: pd.DataFrame, orbit_rate: Callable) -> None:
     ax.legend(fontsize="small")
 
 
+def _at_middle_eta(df: pd.DataFrame) -> tuple[float, pd.DataFrame, np.ndarray]:
+    """The middle learning rate of a table, its rows at that η, and their λs sorted."""
+    etas = np.sort(df["dynamics.eta"].unique())
+    eta = etas[len(etas) // 2]
+    rows = df[df["dynamics.eta"] == eta]
+    return eta, rows, np.sort(rows["dynamics.lam"].unique())
+
+
 def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
     """(c) gradient flow: L_L2 − L_* beside the T2 bound and T4's envelope."""
-    eta0 = np.sort(gf["dynamics.eta"].unique())[len(gf["dynamics.eta"].unique()) // 2]
-    g_eta = gf[gf["dynamics.eta"] == eta0]
-    lams = np.sort(g_eta["dynamics.lam"].unique())
+    eta0, g_eta, lams = _at_middle_eta(gf)
     for lam, color in zip(lams, palette(len(lams), numeric=True)):
         g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
         b = bound[(bound["dynamics.lam"] == lam) & (bound["dynamics.eta"] == eta0)]
@@ -284,9 +287,7 @@ def _every_dynamics_panel(ax, tables: dict[str, pd.DataFrame]) -> None:
 
 def _adamw_panel(ax, ad: pd.DataFrame) -> None:
     """(e) AdamW's scale-free balance gap against t, one line per λ."""
-    eta2 = np.sort(ad["dynamics.eta"].unique())[len(ad["dynamics.eta"].unique()) // 2]
-    g_eta = ad[ad["dynamics.eta"] == eta2]
-    lams = np.sort(g_eta["dynamics.lam"].unique())
+    eta2, g_eta, lams = _at_middle_eta(ad)
     for lam, color in zip(lams, palette(len(lams), numeric=True)):
         t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap_rel")
         seeds = g_eta["seed"].nunique()

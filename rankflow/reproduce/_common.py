@@ -70,13 +70,15 @@ class Context:
 
     @property
     def figures(self) -> Path:
-        p = self.out / "figures"
-        p.mkdir(parents=True, exist_ok=True)
-        return p
+        return self._folder("figures")
 
     @property
     def tables(self) -> Path:
-        p = self.out / "tables"
+        return self._folder("tables")
+
+    def _folder(self, name: str) -> Path:
+        """``out/name``, made on first use."""
+        p = self.out / name
         p.mkdir(parents=True, exist_ok=True)
         return p
 

@@ -25,6 +25,16 @@ def _ols_slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(np.sqrt(np.sum(residuals**2) / (k - 2) / sxx))
 
 
+def _paired(what: str, x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``y`` as flat float64 arrays of one size; a ValueError starting with
+    ``what`` (the function and the arrays' names) when their sizes differ."""
+    x = np.asarray(x, np.float64).ravel()
+    y = np.asarray(y, np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"{what} differ in size: {x.size} vs {y.size}")
+    return x, y
+
+
 def fit_rate(
     t: ArrayLike,
     y: ArrayLike,
@@ -43,10 +53,7 @@ def fit_rate(
       ``(rate, stderr)`` as Python floats; ``stderr`` is the standard error of the slope
       from the residuals (NaN with only two points).
     """
-    t = np.asarray(t, np.float64).ravel()
-    y = np.asarray(y, np.float64).ravel()
-    if t.shape != y.shape:
-        raise ValueError(f"fit_rate: t and y differ in size: {t.size} vs {y.size}")
+    t, y = _paired("fit_rate: t and y", t, y)
     keep = np.isfinite(t) & np.isfinite(y) & (y > 0)
     if t_min is not None:
         keep &= t >= t_min
@@ -65,9 +72,6 @@ def convergence_order(h: ArrayLike, err: ArrayLike) -> tuple[float, float]:
     Returns:
       ``(order, stderr)`` as Python floats (stderr NaN with only two points).
     """
-    h = np.asarray(h, np.float64).ravel()
-    err = np.asarray(err, np.float64).ravel()
-    if h.shape != err.shape:
-        raise ValueError(f"convergence_order: h and err differ in size: {h.size} vs {err.size}")
+    h, err = _paired("convergence_order: h and err", h, err)
     keep = np.isfinite(h) & np.isfinite(err) & (h > 0) & (err > 0)
     return _ols_slope(np.log(h[keep]), np.log(err[keep]))
