@@ -130,6 +130,14 @@ def _sgf_drift_integral(eta, lam, t, dtype):
     return t * phi
 
 
+def _sgf_noise_term(eta, lam, sigma, excess, t, dtype):
+    """T6's noise term, ``η²σ²·excess·∫_0^t e^{−2ηλ(t−s)} ds`` (excess: m − n per diagonal
+    entry of E[D], r(m − n) for its trace), in ``dtype``."""
+    eta_, sigma_ = jnp.asarray(eta, dtype), jnp.asarray(sigma, dtype)
+    drive = eta_**2 * sigma_**2 * jnp.asarray(excess, dtype)
+    return drive * _sgf_drift_integral(eta, lam, t, dtype)
+
+
 def sgf_mean_balance(
     D0: Float[Array, "r r"],
     eta: Scalar,
@@ -146,11 +154,8 @@ def sgf_mean_balance(
     ``A`` is m×r and ``B`` n×r; ``t`` in steps, any shape (result ``t.shape + (r, r)``).
     """
     D0 = jnp.asarray(D0)
-    dtype = D0.dtype
-    eta_, sigma_ = jnp.asarray(eta, dtype), jnp.asarray(sigma, dtype)
-    drive = eta_**2 * sigma_**2 * jnp.asarray(m - n, dtype)
-    floor = drive * _sgf_drift_integral(eta, lam, t, dtype)
-    identity = jnp.eye(D0.shape[-1], dtype=dtype)
+    floor = _sgf_noise_term(eta, lam, sigma, m - n, t, D0.dtype)
+    identity = jnp.eye(D0.shape[-1], dtype=D0.dtype)
     return gf_balance(D0, eta, lam, t) + outer_scale(floor, identity)
 
 
@@ -168,11 +173,8 @@ def sgf_mean_balance_trace(
     ``e^{−2ηλt} tr D(0) + r (ησ²(m−n)/(2λ)) (1 − e^{−2ηλt})``; shape ``t.shape``."""
     trace0 = jnp.asarray(trace0, float_dtype(trace0))
     dtype = trace0.dtype
-    eta_, sigma_ = jnp.asarray(eta, dtype), jnp.asarray(sigma, dtype)
-    drive = eta_**2 * sigma_**2 * jnp.asarray((m - n) * r, dtype)
-    return decay_factor(eta, lam, t, dtype) * trace0 + drive * _sgf_drift_integral(
-        eta, lam, t, dtype
-    )
+    noise = _sgf_noise_term(eta, lam, sigma, (m - n) * r, t, dtype)
+    return decay_factor(eta, lam, t, dtype) * trace0 + noise
 
 
 def sgf_floor(
