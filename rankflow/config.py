@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema as schema_lib
+from .points import Points
 from .schema import (
     BOOL,
     INT,
@@ -41,6 +42,7 @@ from .schema import (
     load_config,
     one_of,
     parse_set,
+    seed_range,
 )
 
 __all__ = [
@@ -143,7 +145,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             INT,
             None,
             "seed of the data alone (default: the top-level seed)",
-            ge(0),
+            seed_range,
             optional=True,
         ),
         "loss": Field(
@@ -215,6 +217,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
 DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 ALL_KEYS = keys_of(SCHEMA)
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
+# Steps of discrete dynamics are counted in int32 by the compiled loop.
+MAX_STEPS = 2**31 - 1
 
 
 def keys_help(schema: Schema = SCHEMA, numeric_keys: tuple[str, ...] = NUMERIC_KEYS) -> str:
@@ -294,7 +298,7 @@ def _validate_problem(p: Mapping[str, Any], init: Mapping[str, Any]) -> None:
     if p["kind"] == "diagonal":
         if len(sv) < 1:
             raise ConfigError("problem.singular_values: diagonal needs at least one value")
-    else:
+    elif p["kind"] != "custom":  # a custom loss has no target, and no rank
         if p["rank"] > min(p["m"], p["n"]):
             raise ConfigError(
                 f"problem.rank: must be ≤ min(problem.m, problem.n) = {min(p['m'], p['n'])}, "
@@ -391,6 +395,13 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
         if float(ts[-1]) <= 0:
             raise ConfigError("save.ts: the last save time must be > 0")
     if cfg["dynamics"]["kind"] not in CONTINUOUS_DYNAMICS:
+        last = save_times(cfg)[-1]
+        if last > MAX_STEPS:
+            key = "save.t1" if ts is None else "save.ts"
+            raise ConfigError(
+                f"{key}: discrete dynamics take at most {MAX_STEPS} steps (a 32-bit step "
+                f"count), got {last:g}"
+            )
         for t in save_times(cfg):
             if abs(t - round(t)) > 1e-9:
                 raise ConfigError(
@@ -475,17 +486,24 @@ def resolve(
     :func:`rankflow.schema.shared_base`); its ``sweep`` table is validated but not
     expanded: see :func:`expand`."""
     cfg = schema_lib.read_config(source, overrides, SCHEMA)
-    # Every combination is validated now, so that no bad point surfaces after compiling.
+    # Validated now (every point, or of a large sweep its representatives), so that no
+    # bad point surfaces after compiling.
     points = expand(cfg)
-    warn_deterministic(points)
-    return schema_lib.shared_base(cfg, points, SCHEMA)
+    checked = [points[i] for i in points.representatives()]
+    warn_deterministic(checked)
+    return schema_lib.shared_base(cfg, checked, SCHEMA)
 
 
-def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _finish(point: dict[str, Any]) -> dict[str, Any]:
+    validate(point)
+    return derive(point)
+
+
+def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists: one validated point per combination, its derived
     values filled, in row-major order of the ``[sweep]`` table (the first key varies
-    slowest)."""
-    return schema_lib.expand_points(cfg, SCHEMA, validate, derive)
+    slowest). A sequence made on demand (:class:`rankflow.points.Points`)."""
+    return Points(cfg, SCHEMA, _finish, NUMERIC_KEYS)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:

@@ -10,6 +10,7 @@ sampling is ``½‖W − W*‖_F²`` — the same scale as ``diagonal``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .config import load_callable
+from .config import ConfigError, load_callable
 
-__all__ = ["Problem", "init_factors", "make_problem"]
+__all__ = ["Problem", "check_custom_loss", "init_factors", "make_problem"]
 
 Data = dict[str, Array]
 
@@ -148,6 +149,52 @@ def make_problem(cfg: dict[str, Any]) -> Problem:
         sv = sv if sv is not None else _default_singular_values(rank)
     custom = load_callable(p["loss"]) if p["kind"] == "custom" else None
     return Problem(p["kind"], m, n, rank, p["samples"], tuple(float(v) for v in sv), custom)
+
+
+def check_custom_loss(spec: str | Callable, m: int, n: int, x64: bool) -> None:
+    """Check a custom loss's contract before anything compiles: it loads, takes one
+    argument W (m×n), traces (under :func:`jax.eval_shape`, gradient included) and
+    runs once on a sample W, returning a real scalar. Raises ConfigError naming
+    ``problem.loss`` and what is wrong."""
+    fn = load_callable(spec)
+    name = spec if isinstance(spec, str) else getattr(fn, "__qualname__", repr(fn))
+    what = f"problem.loss: {name!r}"
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError:
+        raise ConfigError(
+            f"{what} must take one argument, W ({m}×{n}); it cannot be "
+            f"called as L(W): {inspect.signature(fn)}"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): the calls below tell
+        pass
+    dtype = jnp.float64 if x64 else jnp.float32
+    with jax.enable_x64(x64):
+        W = 0.1 * _normal(jax.random.PRNGKey(0), (m, n), dtype)
+        for how, call in (
+            ("cannot be traced by JAX (is it jittable?)", lambda: jax.eval_shape(fn, W)),
+            ("is not differentiable by JAX", lambda: jax.eval_shape(jax.grad(fn), W)),
+            ("fails when run", lambda: fn(W)),
+        ):
+            try:
+                out = call()
+            except Exception as e:  # noqa: BLE001 - any failure of user code is reported
+                first = (str(e).strip().splitlines() or [""])[0]
+                raise ConfigError(
+                    f"{what} {how} on a sample W ({m}×{n}): {type(e).__name__}: {first}"
+                ) from None
+            if how.startswith("cannot"):
+                _check_scalar(what, out)
+
+
+def _check_scalar(what: str, out) -> None:
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape is None or dtype is None:
+        raise ConfigError(f"{what} must return a scalar array, got {type(out).__name__}")
+    if shape != ():
+        raise ConfigError(f"{what} must return a scalar, got an array of shape {shape}")
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ConfigError(f"{what} must return a real floating-point scalar, got {dtype}")
 
 
 # --- initialisations ---------------------------------------------------------------------

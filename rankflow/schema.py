@@ -20,6 +20,7 @@ import difflib
 import itertools
 import json
 import math
+import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,25 +31,29 @@ __all__ = [
     "BOOL",
     "INT",
     "LIST",
+    "MAX_RUNS",
     "NUM",
     "STR",
     "ConfigError",
     "Field",
     "Schema",
     "aliases_help",
+    "check_size",
     "check_sweep",
     "check_value",
     "choice",
+    "copy_config",
     "defaults_of",
-    "expand_points",
     "field",
     "flatten",
     "ge",
+    "seed_range",
     "get_dotted",
     "gt",
     "keys_help",
     "keys_of",
     "load_config",
+    "max_runs",
     "merge_defaults",
     "one_of",
     "parse_set",
@@ -107,6 +112,18 @@ def one_of(options):
     return lambda v: None if v in options else f"must be one of {', '.join(options)}"
 
 
+# Seeds are traced as 32-bit integers: every seed in [0, 2³² − 1] gives its own PRNG key
+# (as the uint32 seed of jax.random.PRNGKey); a larger one would alias a smaller one.
+SEED_MAX = 2**32 - 1
+# Integers cross into numpy and XLA as int64 at most.
+INT_MAX = 2**63 - 1
+
+
+def seed_range(v):
+    """Check: a PRNG seed, 0 ≤ value ≤ 2³² − 1."""
+    return None if 0 <= v <= SEED_MAX else f"must be in [0, {SEED_MAX}] (a 32-bit PRNG seed)"
+
+
 def choice(options):
     """Like :func:`one_of`, with a suggestion for a near miss."""
     plain = one_of(options)
@@ -123,7 +140,7 @@ def top_fields(seed_help: str) -> dict[str, Field]:
     """The top-level section of every family's schema: its PRNG ``seed`` (``seed_help``
     says what it seeds), ``x64`` and the free-form ``name`` (neither sweepable)."""
     return {
-        "seed": Field(INT, 0, seed_help, ge(0)),
+        "seed": Field(INT, 0, seed_help, seed_range),
         "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
         "name": Field(STR, "", "free-form experiment name, copied to config.json"),
     }
@@ -178,6 +195,8 @@ def check_value(key: str, value: Any, schema: Schema) -> Any:
         err = f.check(value)
         if err:
             raise ConfigError(f"{key}: {err}, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+        raise ConfigError(f"{key}: must be in [-(2⁶³ − 1), 2⁶³ − 1] (int64), got {value!r}")
     return value
 
 
@@ -249,6 +268,10 @@ def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config: {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {path} is not a text file (TOML is UTF-8 text)") from None
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path}: {e.strerror or e}") from None
 
 
 def parse_set(assignments: list[str]) -> dict[str, Any]:
@@ -396,10 +419,12 @@ def read_config(
         set_dotted(raw, key, value, schema)
     cfg = merge_defaults(raw, schema)
     check_sweep(cfg["sweep"], schema)
+    sizes = [len(v) for v in cfg["sweep"].values()]
+    check_size(math.prod(sizes), " × ".join(map(str, sizes)) + " points")
     return cfg
 
 
-def _copy(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+def copy_config(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
     """A deep copy that shares callables (a custom loss keeps its identity, and with it
     its compiled program)."""
     shared = {k: v for k, v in flatten(cfg, schema).items() if callable(v)}
@@ -412,12 +437,13 @@ def _copy(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
 def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]:
     """The product of the sweep lists: one config per point, in row-major order of the
     ``[sweep]`` table (the first key varies slowest), with an empty sweep. Points are
-    copies, except callables (a custom loss), which all points share."""
+    copies, except callables (a custom loss), which all points share. Materialised: for
+    large sweeps use :class:`rankflow.points.Points`, which makes them on demand."""
     sweep = cfg.get("sweep") or {}
     keys = list(sweep)
     points = []
     for values in itertools.product(*(sweep[k] for k in keys)):
-        point = _copy({k: v for k, v in cfg.items() if k != "sweep"}, schema)
+        point = copy_config({k: v for k, v in cfg.items() if k != "sweep"}, schema)
         for k, v in zip(keys, values):
             set_dotted(point, k, copy.deepcopy(v), schema)
         point["sweep"] = {}
@@ -425,18 +451,27 @@ def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]
     return points
 
 
-def expand_points(
-    cfg: Mapping[str, Any],
-    schema: Schema,
-    validate: Callable[[Mapping[str, Any]], None],
-    derive: Callable[[dict[str, Any]], dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """The points of :func:`sweep_points`, each checked by the family's ``validate``
-    (all of them, before any is changed) and then filled in by its ``derive``."""
-    points = sweep_points(cfg, schema)
-    for point in points:
-        validate(point)
-    return [derive(point) for point in points]
+# Default of RANKFLOW_MAX_RUNS: the largest sweep run without asking.
+MAX_RUNS = 10**6
+
+
+def max_runs() -> int:
+    """The largest sweep run without asking: ``RANKFLOW_MAX_RUNS`` (default 10⁶)."""
+    raw = os.environ.get("RANKFLOW_MAX_RUNS", "")
+    try:
+        return int(raw) if raw.strip() else MAX_RUNS
+    except ValueError:
+        raise ConfigError(f"RANKFLOW_MAX_RUNS: expected an integer, got {raw!r}") from None
+
+
+def check_size(runs: int, how: str) -> None:
+    """Refuse a sweep of more than :func:`max_runs` runs (``how``: how they count)."""
+    limit = max_runs()
+    if runs > limit:
+        raise ConfigError(
+            f"sweep: {runs:,} runs ({how}) exceed the limit of {limit:,}; shrink the "
+            f"[sweep] lists, or raise the limit with RANKFLOW_MAX_RUNS={runs}"
+        )
 
 
 def structure_key(point: Mapping[str, Any], schema: Schema, traced: Iterable[str]) -> str:
@@ -459,7 +494,7 @@ def shared_base(
     diagonal problem's m, the solver's default method, ...) that every run used, however
     the sweep is made. A key whose derived value differs between points keeps its given
     value; the points hold theirs."""
-    out = _copy(cfg, schema)
+    out = copy_config(cfg, schema)
     if not points:
         return out
     swept = set(cfg.get("sweep") or {})

@@ -20,6 +20,7 @@ from . import config as config_lib
 from . import engine, store
 from .engine import Chunk, Summary, enable_compilation_cache
 from .observables import OBSERVABLES, num_singular_values
+from .problems import check_custom_loss
 from .simulate import run_runs
 
 __all__ = [
@@ -70,8 +71,21 @@ class CoreFamily:
     def paths(self, point: Mapping[str, Any]) -> int:
         return point["dynamics"]["paths"]
 
+    # The keys that set one run's memory (named when a run cannot fit the device).
+    size_keys = ("problem.m", "problem.n", "problem.samples", "model.r", "save.num")
+
     def chunk_size(self, point: Mapping[str, Any]) -> int:
         return default_chunk_size(point)
+
+    def run_bytes(self, point: Mapping[str, Any]) -> int:
+        """Estimated bytes of one run in the batched program."""
+        return _per_run_bytes(point)
+
+    def check(self, point: Mapping[str, Any]) -> None:
+        """Before compiling: a custom loss is evaluated once on a sample W."""
+        p = point["problem"]
+        if p["kind"] == "custom":
+            check_custom_loss(p["loss"], p["m"], p["n"], point["x64"])
 
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
         return {store.RESULTS: runs * len(config_lib.save_times(point))}

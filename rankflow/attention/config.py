@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema as schema_lib
-from ..config import ADAPTIVE_METHODS
+from ..config import ADAPTIVE_METHODS, MAX_STEPS
+from ..points import Points
 from ..schema import (
     BOOL,
     INT,
@@ -256,6 +257,15 @@ def validate(cfg: Mapping[str, Any]) -> None:
                     f"{n} characters: the {split} split has {size}, fewer than "
                     f"task.seq_len + 1 = {need} (one window); got {t['val_fraction']}"
                 )
+    if tr["kind"] == "momentum" and not tr["mu"] <= 1:
+        raise ConfigError(
+            f"train.mu: discrete momentum (EMA weight of the new gradient) must be in "
+            f"(0, 1], got {tr['mu']}"
+        )
+    if tr["steps"] > MAX_STEPS:
+        raise ConfigError(
+            f"train.steps: at most {MAX_STEPS} (a 32-bit step count), got {tr['steps']}"
+        )
     if tr["steps"] % tr["eval_every"]:
         raise ConfigError(
             f"train.eval_every: must divide train.steps = {tr['steps']} (saves at whole "
@@ -296,14 +306,21 @@ def resolve(
     shares (each group's λ, unless the sweep varies it); its ``sweep`` table is validated
     but not expanded."""
     cfg = schema_lib.read_config(source, overrides, SCHEMA, ALIASES)
-    points = expand(cfg)  # every point is checked now, before anything compiles
-    return schema_lib.shared_base(cfg, points, SCHEMA)
+    # Checked now, before anything compiles: every point, or a large sweep's
+    # representatives (rankflow.points.Points.representatives).
+    points = expand(cfg)
+    return schema_lib.shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
 
 
-def expand(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _finish(point: dict[str, Any]) -> dict[str, Any]:
+    validate(point)
+    return derive(point)
+
+
+def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists (first key slowest): one validated point each,
-    with every group's λ filled in."""
-    return schema_lib.expand_points(cfg, SCHEMA, validate, derive)
+    with every group's λ filled in; a sequence made on demand."""
+    return Points(cfg, SCHEMA, _finish, NUMERIC_KEYS)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:

@@ -31,14 +31,34 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``rankflow ARGV``; exit status 2 on a config error (printed on stderr)."""
+    """Run ``rankflow ARGV``. A user's mistake is one line on stderr: exit status 2 for
+    a config error, 1 for a file that cannot be read or written; Ctrl-C exits 130,
+    saying whether ``--resume`` continues (finished chunks are kept)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as e:
-        print(f"rankflow: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(str(e), 2)
+    except OSError as e:
+        where = f" {e.filename}" if e.filename else ""
+        return _fail(f"{e.strerror or e}:{where}" if e.strerror else str(e), 1)
+    except KeyboardInterrupt:
+        resumable = hasattr(args, "resume") and getattr(args, "out", None)
+        hint = "; `--resume` continues" if resumable else ""
+        print(f"rankflow: interrupted{hint}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _fail(message: str, status: int) -> int:
+    # One line, whatever the message: lines it spans are joined.
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    print(f"rankflow: error: {'; '.join(lines)}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -80,7 +80,12 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
 
 
 def slurm_options(args: argparse.Namespace) -> dict:
-    """The ``slurm`` mapping of the engine's ``execute`` from the parsed SLURM options."""
+    """The ``slurm`` mapping of the engine's ``execute`` from the parsed SLURM options,
+    each number checked (≥ 1) before anything is planned or submitted."""
+    for flag in ("time", "gpus_per_task", "array_parallelism", "jobs"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')}: must be ≥ 1, got {value}")
     return {
         "partition": args.partition,
         "time": args.time,

@@ -21,7 +21,7 @@ import pandas as pd
 from .. import store
 from .executors import check_executor, finished_chunks, run_chunks, submit
 from .family import Family
-from .plan import plan
+from .plan import checked_plan
 from .programs import enable_compilation_cache
 
 __all__ = ["Summary", "execute", "run"]
@@ -64,7 +64,7 @@ def execute(
     :class:`Summary`."""
     t0 = time.perf_counter()
     check_executor(executor, out)
-    points, chunks = plan(family, cfg, chunk)
+    chunk, points, chunks = checked_plan(family, cfg, chunk, executor)  # before any work
     finished, redone = set(), []
     if out is not None:
         store.prepare(

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import store
 from ..config import ConfigError
 from .family import Family
-from .plan import Chunk, plan, swept_structure_keys
+from .plan import Chunk, plan, resource_error, swept_structure_keys
 from .programs import enable_compilation_cache
 from .progress import progress
 
@@ -67,7 +67,13 @@ def run_chunks(
     total = sum(c.rows for c in chunks)
     with progress(total, total - sum(c.rows for c in todo), quiet) as bar:
         for c in todo:
-            tables = family.run_chunk(points, c, swept)
+            try:
+                tables = family.run_chunk(points, c, swept)
+            except Exception as e:
+                oom = resource_error(e, family, points[c.runs[0][0]], c.rows)
+                if oom is None:
+                    raise
+                raise oom from None
             if out is not None:
                 for table in family.tables:
                     store.write_chunk(out, c.index, tables[table], table=table)

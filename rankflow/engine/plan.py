@@ -9,14 +9,28 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..points import Points
+from ..schema import ConfigError, check_size, get_dotted
 from .family import Chunk, Family
 
-__all__ = ["Chunk", "chunk_plan", "pad_runs", "plan", "shard", "swept_structure_keys"]
+__all__ = [
+    "Chunk",
+    "checked_plan",
+    "chunk_plan",
+    "device_memory",
+    "pad_runs",
+    "plan",
+    "resource_error",
+    "shard",
+    "swept_structure_keys",
+]
 
 
 def chunk_plan(
@@ -30,11 +44,17 @@ def chunk_plan(
     appearance); each group's runs ``(run_id, path)`` (``paths`` of its first point per
     point) cut into chunks of ``size`` (of its first point) runs, all padded to the
     group's batch shape."""
-    groups: dict[str, list[int]] = {}
-    for i, point in enumerate(points):
-        groups.setdefault(structure_key(point), []).append(i)
+    if isinstance(points, Points):  # keyed once per structure, not once per point
+        groups = points.groups(structure_key)
+    else:
+        by_key: dict[str, list[int]] = {}
+        for i, point in enumerate(points):
+            by_key.setdefault(structure_key(point), []).append(i)
+        groups = list(by_key.values())
+    runs_n = sum(len(members) * paths(points[members[0]]) for members in groups)
+    check_size(runs_n, f"{len(points):,} points × their dynamics.paths")
     chunks: list[Chunk] = []
-    for g, members in enumerate(groups.values()):
+    for g, members in enumerate(groups):
         first = points[members[0]]
         runs = [(i, path) for i in members for path in range(paths(first))]
         n = size(first)
@@ -55,6 +75,88 @@ def plan(family: Family, cfg: Mapping[str, Any], chunk: int | None = None):
         size=lambda point: chunk or family.chunk_size(point),
     )
     return points, chunks
+
+
+def checked_plan(
+    family: Family, cfg: Mapping[str, Any], chunk: int | None, executor: str = "local"
+):
+    """``(chunk, points, chunks)``: the plan of :func:`plan`, checked before anything
+    compiles. Run locally, a structure one run of which needs more memory than the
+    device has free is refused (naming the estimate and the keys that set it), and
+    chunks that do not fit are shrunk (``chunk``: the size used). Then the family's
+    ``check(point)``, where it has one, sees the first point of each structure (a
+    custom loss is evaluated once)."""
+    points, chunks = plan(family, cfg, chunk)
+    firsts = {c.group: c for c in chunks}
+    run_bytes = getattr(family, "run_bytes", None)
+    if executor == "local" and run_bytes is not None:
+        free, where = device_memory()
+        budget = int(0.9 * free)
+        fit = chunk
+        for c in firsts.values():
+            point = points[c.runs[0][0]]
+            one = run_bytes(point)
+            if one > budget:
+                raise ConfigError(
+                    f"{', '.join(family.size_keys)}: one run needs about {_gib(one)} "
+                    f"({_sizes(family, point)}), more than the {_gib(free)} free on the "
+                    f"{where}; make them smaller"
+                )
+            if c.pad_to * one > budget:
+                fit = min(fit or c.pad_to, max(1, budget // one))
+        if fit != chunk:
+            print(
+                f"rankflow: chunks of {chunks[0].pad_to} runs need more than the {_gib(free)} "
+                f"free on the {where}; running chunks of {fit} runs (--chunk)",
+                file=sys.stderr,
+            )
+            chunk = fit
+            points, chunks = plan(family, cfg, chunk)
+    check = getattr(family, "check", None)
+    if check is not None:
+        for c in firsts.values():
+            check(points[c.runs[0][0]])
+    return chunk, points, chunks
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def _sizes(family: Family, point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} = {get_dotted(point, k)}" for k in family.size_keys)
+
+
+def device_memory() -> tuple[int, str]:
+    """Bytes free on the first device, and what it is: its allocator's limit less what
+    is in use where JAX reports it (GPU, TPU), else the host's available memory."""
+    import jax
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)), f"{device.platform} device"
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024, "host"
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host"
+
+
+def resource_error(
+    exc: BaseException, family: Family, point: Mapping[str, Any], rows: int
+) -> ConfigError | None:
+    """A one-line error for an XLA resource error (out of memory) while running a chunk
+    of ``rows`` runs of ``point``'s structure; None for any other exception."""
+    text = str(exc)
+    if "RESOURCE_EXHAUSTED" not in text and "out of memory" not in text.lower():
+        return None
+    sizes = _sizes(family, point) if getattr(family, "size_keys", None) else "its sizes"
+    return ConfigError(
+        f"out of memory running a chunk of {rows} runs ({sizes}); pass a smaller "
+        f"--chunk or make the problem smaller"
+    )
 
 
 def swept_structure_keys(cfg: Mapping[str, Any], numeric_keys: Sequence[str]) -> list[str]:

@@ -95,7 +95,25 @@ class Checkpoint:
                             ) from e
             except (SafetensorError, OSError) as e:
                 raise InspectError(f"{file}: cannot read safetensors file ({e})") from e
+        bad = [
+            f"{name!r} has {n} of {out[name].size}"
+            for name in sorted(out)
+            if (n := _non_finite(out[name]))
+        ]
+        if bad:
+            raise InspectError(
+                f"{self.path}: non-finite (NaN or inf) weights: {'; '.join(bad)}; "
+                "a damaged or diverged checkpoint cannot be inspected"
+            )
         return out
+
+
+def _non_finite(x: np.ndarray) -> int:
+    """How many entries of a weight tensor are NaN or ±inf."""
+    try:
+        return int(x.size - np.count_nonzero(np.isfinite(x)))
+    except TypeError:  # a dtype numpy cannot test (bfloat16 without ml_dtypes)
+        return int(x.size - np.count_nonzero(np.isfinite(x.astype(np.float32))))
 
 
 def _read_header(file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
