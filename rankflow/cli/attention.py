@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..claim import check_out
 from ..config import ConfigError, parse_set
-from .common import add_executor_options, add_set_option, check_chunk, slurm_options
+from .common import (
+    add_executor_options,
+    add_set_option,
+    check_chunk,
+    slurm_options,
+    warnings_as_lines,
+)
 
 
 def add_parser(sub) -> None:
@@ -77,6 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..sweep import enable_compilation_cache
 
     check_chunk(args.chunk)
+    check_out(args.out, "sweep")
     cfg = resolve(args.config, parse_set(args.sets))  # before compiling
     enable_compilation_cache()
     _, summary = execute(
@@ -98,7 +106,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..attention import load
     from ..attention.sweep import validation_baseline
 
-    tables = [load(d) for d in args.results]
+    with warnings_as_lines():
+        tables = [load(d) for d in args.results]
     if args.figure != "balance" and len(tables) > 1:
         raise ConfigError(f"{args.figure}: takes one results directory")
     if args.figure == "rank":

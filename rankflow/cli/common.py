@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+import warnings
 
 from ..config import ConfigError
 
@@ -18,6 +21,19 @@ def check_chunk(chunk: int | None) -> None:
     """``--chunk``: a positive number of runs, or unset."""
     if chunk is not None and chunk < 1:
         raise ConfigError(f"--chunk: must be ≥ 1, got {chunk}")
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """Print each warning raised in the block as one line (``rankflow: warning: …``),
+    e.g. a results directory's missing chunks when a figure is drawn from it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                print(f"rankflow: warning: {w.message}", file=sys.stderr)
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:

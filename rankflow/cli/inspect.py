@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..claim import check_out
+
 
 def add_parser(sub) -> None:
     """``inspect PATH --out DIR [--arch] [--layers] [--heads] [--scatter] ...``."""
@@ -68,6 +70,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .. import plots
     from ..inspect import inspect_checkpoint
 
+    check_out(args.out, "inspect")
     t0 = time.perf_counter()
     res = inspect_checkpoint(
         args.path,

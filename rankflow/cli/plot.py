@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import ConfigError
+from .common import warnings_as_lines
 
 
 def add_parser(sub) -> None:
@@ -27,7 +28,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .. import plots
     from ..store import load
 
-    df = load(args.results)
+    with warnings_as_lines():
+        df = load(args.results)
     for col in (args.x, args.y, args.hue):
         if col is not None and col not in df.columns:
             raise ConfigError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import config as config_lib
+from ..claim import check_out
 from .common import add_executor_options, add_set_option, check_chunk, slurm_options
 
 
@@ -51,6 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sweep import enable_compilation_cache, execute
 
     check_chunk(args.chunk)
+    check_out(args.out, "sweep")
     overrides = config_lib.parse_set(args.sets)
     cfg = config_lib.resolve(args.config, overrides)  # errors here, before compiling
     enable_compilation_cache()

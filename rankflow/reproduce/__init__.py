@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..claim import claimed
 from ..config import ConfigError
 from . import report as report_lib
 from ._common import MODES, Claim, Context
@@ -131,7 +132,12 @@ def reproduce(
 
     enable_compilation_cache()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with claimed(out, "reproduce", keep=lambda: any((out / "runs").rglob("chunk-*.parquet"))):
+        return _reproduce(out, mode, names, only, checkpoint, quiet, command)
+
+
+def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
+    """The body of :func:`reproduce`, under its claim on ``out``."""
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}
     notes: dict[str, list[str]] = {}
