@@ -102,9 +102,7 @@ def check_out(out: str | Path, kind: str, option: str = "--out") -> None:
 
 
 def _holder_line(h: dict) -> str:
-    return (
-        f"pid {h.get('pid')} on {h.get('host')} ({h.get('command')}, since {h.get('started')})"
-    )
+    return f"pid {h.get('pid')} on {h.get('host')} ({h.get('command')}, since {h.get('started')})"
 
 
 class Claim:

@@ -6,11 +6,17 @@ DIR/manifest.json          config hash, chunk size and count: what resuming must
 DIR/results.parquet/       the tidy table, one parquet file per finished chunk
     chunk-00000.parquet
 DIR/submitit/              logs of SLURM array tasks (``--executor submitit``)
+DIR/.rankflow.lock         the writer's lock (:mod:`rankflow.claim`)
 ```
 
 Every file is written atomically (a hidden temporary file, then a rename), so a
 reader — or a resumed sweep — never sees a half-written one; parquet readers skip the
-hidden temporaries. ``load(DIR)`` reads the chunks as one table.
+hidden temporaries. Every chunk records its sweep's :class:`Identity` (config hash,
+plan, index) in its parquet metadata: resuming and ``load(DIR)`` take only the chunks
+of the manifest's config and plan, name the others (foreign, duplicate, stray), and
+``load`` warns (or, ``strict``, raises) when chunks are missing. Who may write a
+directory (one writer at a time, never a folder that is not rankflow's) is
+:mod:`rankflow.claim`'s.
 """
 
 from __future__ import annotations
@@ -262,8 +268,7 @@ def _check_resume(out, old, manifest, resume, not_resumable) -> None:
         )
     if not_resumable:
         raise ConfigError(
-            f"--out: {out} holds a sweep that cannot be resumed: {not_resumable}; "
-            f"use a new --out"
+            f"--out: {out} holds a sweep that cannot be resumed: {not_resumable}; use a new --out"
         )
     if not resume:
         raise ConfigError(
@@ -361,7 +366,8 @@ def write_chunk(
     def write(tmp: str) -> None:
         t = pa.Table.from_pandas(df, preserve_index=False)
         if ident is not None:
-            t = t.replace_schema_metadata({**(t.schema.metadata or {}), b"rankflow": ident.record(index)})
+            meta = {**(t.schema.metadata or {}), b"rankflow": ident.record(index)}
+            t = t.replace_schema_metadata(meta)
         pq.write_table(t, tmp)
 
     path = chunk_path(out, index, table)

@@ -127,7 +127,6 @@ def reproduce(
         raise ConfigError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     _, names = check_options(mode == "quick", mode == "full", only, checkpoint)
     _validate(names, mode)
-    from ..store import provenance
     from ..sweep import enable_compilation_cache
 
     enable_compilation_cache()
@@ -138,6 +137,8 @@ def reproduce(
 
 def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
     """The body of :func:`reproduce`, under its claim on ``out``."""
+    from ..store import provenance
+
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}
     notes: dict[str, list[str]] = {}
