@@ -33,11 +33,12 @@ from .schema import ConfigError
 __all__ = ["LOCK", "Busy", "Claim", "check_out", "claimed"]
 
 LOCK = ".rankflow.lock"
-# Files that mark a directory of each kind written before the lock file existed.
+# The files that, all present, mark a directory of each kind written before the lock
+# file existed (a sweep's manifest must also hold its config hash).
 _LEGACY_MARKS = {
-    "sweep": ("manifest.json",),
-    "inspect": ("inspect.json",),
-    "compare": ("summary.md",),
+    "sweep": ("manifest.json", "config.json"),
+    "inspect": ("inspect.json", "heads.parquet"),
+    "compare": ("summary.md", "config.json", "trajectory.parquet"),
     "reproduce": ("report.md", "runs"),
 }
 
@@ -61,7 +62,9 @@ def _kind_of(p: Path) -> str | None:
     if kind:
         return kind
     for k, marks in _LEGACY_MARKS.items():
-        if any((p / m).exists() for m in marks):
+        if all((p / m).exists() for m in marks):
+            if k == "sweep" and '"config_hash"' not in (p / marks[0]).read_text(errors="replace"):
+                continue
             return k
     return None
 
