@@ -49,6 +49,8 @@ __all__ = [
     "ConfigError",
     "DEFAULTS",
     "NUMERIC_KEYS",
+    "UNHASHABLE_CODE",
+    "callable_identity",
     "defaults_of",
     "derive",
     "expand",
@@ -517,5 +519,62 @@ def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
     out["problem"] = dict(cfg["problem"])
     loss = out["problem"].get("loss")
     if callable(loss):
-        out["problem"]["loss"] = f"{loss.__module__}:{loss.__qualname__}"
+        out["problem"]["loss"] = callable_identity(loss)
     return out
+
+
+# How :func:`callable_identity` marks a callable whose code it cannot hash: a sweep of
+# it is not resumable (its identity would not tell two such callables apart).
+UNHASHABLE_CODE = "#code=unhashable"
+
+
+def callable_identity(fn: Callable) -> str:
+    """``module:qualname#code=HASH`` of a custom loss: HASH covers its bytecode,
+    constants, names, defaults and closure values, recursively through nested code and
+    functions, so two different lambdas differ (the globals it reads are not covered).
+    Where that cannot be computed (a builtin, a closure over an object of unknown
+    content): ``module:qualname`` + :data:`UNHASHABLE_CODE`."""
+    import hashlib
+    import inspect
+    import types
+
+    import numpy as np
+
+    digest = hashlib.sha256()
+
+    def feed(obj: Any, depth: int = 0) -> None:
+        if depth > 64:
+            raise TypeError("nested too deeply")
+        if isinstance(obj, types.CodeType):
+            digest.update(obj.co_code)
+            feed((obj.co_names, obj.co_consts), depth + 1)
+        elif isinstance(obj, types.FunctionType):
+            cells = tuple(c.cell_contents for c in obj.__closure__ or ())
+            feed((obj.__code__, obj.__defaults__, obj.__kwdefaults__, cells), depth + 1)
+        elif isinstance(obj, tuple | list | frozenset | dict):
+            items = sorted(obj.items(), key=repr) if isinstance(obj, dict) else obj
+            items = sorted(items, key=repr) if isinstance(obj, frozenset) else items
+            digest.update(f"{type(obj).__name__}:{len(items)}".encode())
+            for x in items:
+                feed(x, depth + 1)
+        elif obj is None or isinstance(obj, bool | int | float | complex | str | bytes):
+            digest.update(repr((type(obj).__name__, obj)).encode())
+        elif isinstance(obj, np.ndarray | np.generic) or type(obj).__module__.startswith("jax"):
+            arr = np.asarray(obj)
+            if arr.dtype == object:
+                raise TypeError(f"cannot hash a {type(obj).__name__}")
+            digest.update(f"{arr.dtype}{arr.shape}".encode() + arr.tobytes())
+        else:
+            raise TypeError(f"cannot hash a {type(obj).__name__}")
+
+    base = inspect.unwrap(fn)
+    kind = type(base)
+    name = f"{getattr(base, '__module__', kind.__module__)}:"
+    name += getattr(base, "__qualname__", kind.__qualname__)
+    try:
+        if not isinstance(base, types.FunctionType):
+            raise TypeError(f"{type(base).__name__} has no Python code")
+        feed(base)
+    except (TypeError, ValueError, RuntimeError):
+        return name + UNHASHABLE_CODE
+    return f"{name}#code={digest.hexdigest()[:16]}"

@@ -6,11 +6,17 @@ DIR/manifest.json          config hash, chunk size and count: what resuming must
 DIR/results.parquet/       the tidy table, one parquet file per finished chunk
     chunk-00000.parquet
 DIR/submitit/              logs of SLURM array tasks (``--executor submitit``)
+DIR/.rankflow.lock         the writer's lock (:mod:`rankflow.writer`)
 ```
 
 Every file is written atomically (a hidden temporary file, then a rename), so a
 reader — or a resumed sweep — never sees a half-written one; parquet readers skip the
-hidden temporaries. ``load(DIR)`` reads the chunks as one table.
+hidden temporaries. Every chunk records its sweep's :class:`Identity` (config hash,
+plan, index) in its parquet metadata: resuming and ``load(DIR)`` take only the chunks
+of the manifest's config and plan, name the others (foreign, duplicate, stray), and
+``load`` warns (or, ``strict``, raises) when chunks are missing. Who may write a
+directory (one writer at a time, never a folder that is not rankflow's) is
+:mod:`rankflow.writer`'s.
 """
 
 from __future__ import annotations
@@ -21,27 +27,40 @@ import json
 import os
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .schema import ConfigError
+
 __all__ = [
     "STATUS",
+    "Identity",
+    "ResultsError",
     "atomic_write",
+    "chunk_problem",
     "finished_chunks",
+    "flat",
+    "identity_of",
     "load",
     "package_versions",
     "prepare",
+    "read_manifest",
     "sort_rows",
+    "stray_files",
     "write_chunk",
 ]
 
 RESULTS = "results.parquet"
 CONFIG = "config.json"
 MANIFEST = "manifest.json"
+# Format 2: chunks record their sweep's identity; the manifest its number of runs.
+FORMAT = 2
 # The ``status`` column's values; a program's status codes 0, 1, 2 index them.
 STATUS = ("ok", "diverged", "max_steps")
 _PACKAGES = (
@@ -65,6 +84,10 @@ def atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    # mkstemp makes the file private (0600); a results file gets the usual mode.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -112,18 +135,19 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as one mapping of dotted keys."""
     out = {}
     for k, v in d.items():
         if isinstance(v, Mapping):
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = flat(a), flat(b)
     keys = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
     shown = [f"{k} = {fb.get(k)!r} here, {fa.get(k)!r} there" for k in keys[:4]]
     more = f" (and {len(keys) - 4} more)" if len(keys) > 4 else ""
@@ -140,6 +164,50 @@ def chunk_path(out: str | Path, index: int, table: str = RESULTS) -> Path:
     return _chunk_dir(out, table) / f"chunk-{index:05d}.parquet"
 
 
+class ResultsError(ConfigError):
+    """A results directory (or table) that cannot be read as it stands: missing, empty,
+    corrupt, or (with ``strict``) incomplete."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What every chunk file of a sweep records (parquet key-value metadata
+    ``rankflow``): its config's hash and plan; ``legacy``: a directory written before
+    chunks recorded it (its unmarked chunks are its own)."""
+
+    config_hash: str
+    chunk_size: int | None
+    chunks: int
+    legacy: bool = False
+
+    def record(self, index: int) -> bytes:
+        """The metadata of chunk ``index``."""
+        plan = {"chunk_size": self.chunk_size, "chunks": self.chunks, "chunk": index}
+        return json.dumps({"config_hash": self.config_hash, **plan}).encode()
+
+
+def read_manifest(out: str | Path) -> dict[str, Any]:
+    """``DIR/manifest.json``; raises :class:`ResultsError` (one line) when corrupt."""
+    path = Path(out) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+        if not isinstance(manifest, dict) or not {"config_hash", "chunks"} <= manifest.keys():
+            raise ValueError("missing config_hash or chunks")
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"{path}: corrupt manifest ({e}); rerun into a new --out") from None
+    return manifest
+
+
+def identity_of(manifest: Mapping[str, Any]) -> Identity:
+    """The chunk identity a manifest stands for."""
+    return Identity(
+        manifest["config_hash"],
+        manifest.get("chunk_size"),
+        manifest["chunks"],
+        legacy=manifest.get("format", 1) < FORMAT,
+    )
+
+
 def prepare(
     out: str | Path,
     config: Mapping[str, Any],
@@ -148,57 +216,120 @@ def prepare(
     chunks: int,
     resume: bool,
     tables: tuple[str, ...] = (RESULTS,),
-) -> None:
-    """Open ``out`` for a sweep of ``config``: a new directory gets its manifest and
-    config.json; an existing one must hold the same config (and is resumed only when
-    ``resume``). Raises ``ConfigError`` naming the differences otherwise. ``tables``:
-    the chunked tables the sweep writes."""
-    from .config import ConfigError
-
+    runs: int | None = None,
+    not_resumable: str | None = None,
+) -> Identity:
+    """Open ``out`` for a sweep of ``config`` (``runs`` runs in ``chunks`` chunks): a new
+    directory gets its manifest and config.json; an existing one must hold the same
+    config and plan (and is resumed only when ``resume``, and never when
+    ``not_resumable`` says why not). Raises ``ConfigError`` naming the differences
+    otherwise. ``tables``: the chunked tables the sweep writes. Returns the identity
+    its chunks must record."""
     out = Path(out)
     manifest = {
         "config_hash": config_hash(config),
         "config": dict(config),
         "chunk_size": chunk_size,
         "chunks": chunks,
-        "format": 1,
+        "runs": runs,
+        "format": FORMAT,
     }
     mpath = out / MANIFEST
     if mpath.is_file():
-        old = json.loads(mpath.read_text())
-        if old["config_hash"] != manifest["config_hash"]:
-            raise ConfigError(
-                f"--out: {out} holds results of another config "
-                f"({_differences(old['config'], manifest['config'])}); "
-                f"use another --out"
-            )
-        if old.get("chunk_size") != chunk_size:
-            raise ConfigError(
-                f"--chunk: {out} was run with --chunk {old.get('chunk_size')}, not "
-                f"{chunk_size}; resume with the same value"
-            )
-        if not resume:
-            raise ConfigError(
-                f"--out: {out} already holds results of this config; pass --resume to "
-                f"finish it, or use another --out"
-            )
-    elif (out / RESULTS).exists():
+        old = read_manifest(out)
+        _check_resume(out, old, manifest, resume, not_resumable)
+        ident = identity_of(old)
+    elif any((out / t).exists() for t in tables):
         raise ConfigError(f"--out: {out} holds results without a manifest; use another --out")
     else:
         meta = {"config": dict(config), **provenance()}
         atomic_write(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
         atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
+        ident = identity_of(manifest)
     for table in tables:
         _chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
         for tmp in _chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
             tmp.unlink(missing_ok=True)
+    return ident
+
+
+def _check_resume(out, old, manifest, resume, not_resumable) -> None:
+    if old["config_hash"] != manifest["config_hash"]:
+        raise ConfigError(
+            f"--out: {out} holds results of another config "
+            f"({_differences(old.get('config', {}), manifest['config'])}); use another --out"
+        )
+    if old.get("chunk_size") != manifest["chunk_size"]:
+        raise ConfigError(
+            f"--chunk: {out} was run with --chunk {old.get('chunk_size')}, not "
+            f"{manifest['chunk_size']}; resume with the same value"
+        )
+    if old["chunks"] != manifest["chunks"]:
+        raise ConfigError(
+            f"--out: {out} was planned as {old['chunks']} chunks, this sweep has "
+            f"{manifest['chunks']} (another rankflow version?); use another --out"
+        )
+    if not_resumable:
+        raise ConfigError(
+            f"--out: {out} holds a sweep that cannot be resumed: {not_resumable}; use a new --out"
+        )
+    if not resume:
+        raise ConfigError(
+            f"--out: {out} already holds results of this config; pass --resume to "
+            f"finish it, or use another --out"
+        )
+
+
+def chunk_problem(path: Path, index: int, ident: Identity) -> str | None:
+    """Why the file ``path``, at plan index ``index``, is not a chunk of the sweep
+    ``ident`` (foreign, of another plan, a duplicate of another index, unreadable), or
+    None when it is."""
+    import pyarrow.parquet as pq
+
+    if index >= ident.chunks:
+        return f"is outside the plan of {ident.chunks} chunks (a stray)"
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(b"rankflow")
+        rec = None if raw is None else json.loads(raw)
+    except Exception:  # noqa: BLE001 - any unreadable file is a corrupt chunk
+        return "was corrupt or partial"
+    if rec is None:
+        return None if ident.legacy else "records no sweep identity (foreign)"
+    if rec.get("config_hash") != ident.config_hash:
+        return f"belongs to another config (hash {rec.get('config_hash')}; foreign)"
+    if (rec.get("chunk_size"), rec.get("chunks")) != (ident.chunk_size, ident.chunks):
+        return f"belongs to another plan ({rec.get('chunks')} chunks; foreign)"
+    if rec.get("chunk") != index:
+        return f"is a copy of chunk {rec.get('chunk')} (a duplicate)"
+    return None
+
+
+def stray_files(out: str | Path, ident: Identity, table: str = RESULTS) -> list[str]:
+    """Chunk files of a table outside the plan's names: each as "NAME is …" (a stray
+    index, or a second file for one index, i.e. a duplicate)."""
+    found = []
+    for f in sorted(_chunk_dir(out, table).glob("chunk-*.parquet")):
+        index = _index_of(f)
+        if index is None or index >= ident.chunks:
+            found.append(f"{f.name} is outside the plan of {ident.chunks} chunks (a stray)")
+        elif f != chunk_path(out, index, table):
+            found.append(f"{f.name} is a second file for chunk {index} (a duplicate)")
+    return found
+
+
+def _index_of(f: Path) -> int | None:
+    try:
+        return int(f.name.removeprefix("chunk-").removesuffix(".parquet"))
+    except ValueError:
+        return None
 
 
 def finished_chunks(
-    out: str | Path, chunks, expected_rows, table: str = RESULTS
+    out: str | Path, chunks, expected_rows, table: str = RESULTS, ident: Identity | None = None
 ) -> tuple[set[int], list[str]]:
-    """Indices of the chunks whose files are complete; corrupt or partial ones (wrong
-    row count or runs, unreadable) are removed and returned by name, to be redone."""
+    """Indices of the chunks whose files are complete and of the sweep ``ident``;
+    others (corrupt, partial, foreign, duplicates) are removed, each returned as
+    "NAME was/is …", to be redone."""
     import pyarrow.parquet as pq
 
     done, bad = set(), []
@@ -206,6 +337,7 @@ def finished_chunks(
         p = chunk_path(out, c.index, table)
         if not p.exists():
             continue
+        problem = chunk_problem(p, c.index, ident) if ident is not None else None
         try:
             read = pq.read_table(p, columns=["run_id", "path"])
             ok = read.num_rows == expected_rows(c) and set(
@@ -213,40 +345,129 @@ def finished_chunks(
             ) == set(c.runs)
         except Exception:  # noqa: BLE001 - any unreadable file is a corrupt chunk
             ok = False
-        if ok:
+        problem = problem or (None if ok else "was corrupt or partial")
+        if problem is None:
             done.add(c.index)
         else:
             p.unlink(missing_ok=True)
-            bad.append(p.name if table == RESULTS else f"{table}/{p.name}")
+            bad.append(f"{p.name if table == RESULTS else f'{table}/{p.name}'} {problem}")
     return done, bad
 
 
-def write_chunk(out: str | Path, index: int, df: pd.DataFrame, table: str = RESULTS) -> Path:
+def write_chunk(
+    out: str | Path,
+    index: int,
+    df: pd.DataFrame,
+    table: str = RESULTS,
+    ident: Identity | None = None,
+) -> Path:
+    """Write chunk ``index`` of a table atomically, recording ``ident`` in its
+    metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def write(tmp: str) -> None:
+        t = pa.Table.from_pandas(df, preserve_index=False)
+        if ident is not None:
+            meta = {**(t.schema.metadata or {}), b"rankflow": ident.record(index)}
+            t = t.replace_schema_metadata(meta)
+        pq.write_table(t, tmp)
+
     path = chunk_path(out, index, table)
-    atomic_write(path, lambda p: df.to_parquet(p, index=False))
+    atomic_write(path, write)
     return path
 
 
-def load(path: str | Path) -> pd.DataFrame:
+def load(path: str | Path, *, table: str = RESULTS, strict: bool = False) -> pd.DataFrame:
     """The results table of a results directory (or of a parquet file), rows in the
-    canonical order (run_id, path, t)."""
+    canonical order (run_id, path, t). Only the chunks of the manifest's config and
+    plan are read: others are named in a ``UserWarning``, as are missing chunks (how
+    many runs are absent); ``strict``: raise :class:`ResultsError` instead. A missing,
+    empty or corrupt directory raises :class:`ResultsError` naming the path."""
     p = Path(path)
-    if p.is_dir() and (p / RESULTS).exists():
-        p = p / RESULTS
     if not p.exists():
-        raise FileNotFoundError(f"no results table at {p}")
-    if p.is_dir():
+        raise ResultsError(f"{p}: no such results directory")
+    if p.is_dir() and not (p / MANIFEST).exists() and (p.parent / MANIFEST).exists():
+        return load(p.parent, table=p.name, strict=strict)
+    if p.is_file():
+        df = _read_parquet(p)
+    elif (p / MANIFEST).exists():
+        df = _read_checked(p, table, strict)
+    elif p.name.endswith(".parquet"):  # a bare directory of chunk files
         files = sorted(p.glob("chunk-*.parquet"))
         if not files:
-            raise FileNotFoundError(f"no finished chunks in {p}")
+            raise ResultsError(f"{p}: no finished chunks")
         # Chunks of different structures may have different sv_* columns: concat
         # aligns them (missing singular values are NaN).
-        df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        df = pd.concat([_read_parquet(f) for f in files], ignore_index=True)
     else:
-        df = pd.read_parquet(p)
+        raise ResultsError(f"{p}: not a rankflow results directory (no {MANIFEST})")
     if "status" in df.columns:  # categories are per file: one set for all
         df["status"] = pd.Categorical(df["status"].astype(str), categories=list(STATUS))
     return sort_rows(df)
+
+
+def _read_parquet(f: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(f)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is a damaged chunk
+        raise ResultsError(f"{f}: damaged ({type(e).__name__}); --resume redoes it") from None
+
+
+def _read_checked(p: Path, table: str, strict: bool) -> pd.DataFrame:
+    """The chunks of ``p``'s table that belong to its manifest; the others and the
+    missing ones reported (see :func:`load`)."""
+    manifest = read_manifest(p)
+    ident = identity_of(manifest)
+    tdir = _chunk_dir(p, table)
+    if not tdir.is_dir():
+        what = "is a file, not a directory of chunks" if tdir.exists() else "is missing"
+        raise ResultsError(f"{tdir}: {what}")
+    problems = stray_files(p, ident, table)
+    frames, have = [], []
+    for i in range(ident.chunks):
+        f = chunk_path(p, i, table)
+        if not f.exists():
+            continue
+        problem = chunk_problem(f, i, ident)
+        if problem == "was corrupt or partial":
+            raise ResultsError(f"{f}: damaged chunk; --resume redoes it")
+        if problem:
+            problems.append(f"{f.name} {problem}")
+            continue
+        frames.append(_read_parquet(f))
+        have.append(i)
+    notes = [f"{tdir}: left out {'; '.join(problems)}"] if problems else []
+    if len(have) < ident.chunks:
+        notes.append(_missing_note(p, manifest, have, frames))
+    for note in notes:
+        if strict:
+            raise ResultsError(note)
+        warnings.warn(note, UserWarning, stacklevel=3)
+    if not frames:
+        raise ResultsError(f"{tdir}: no finished chunks")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _missing_note(p: Path, manifest, have: list[int], frames) -> str:
+    chunks = manifest["chunks"]
+    missing = [i for i in range(chunks) if i not in set(have)]
+    names = _listing_of([f"chunk-{i:05d}" for i in missing])
+    runs = manifest.get("runs")
+    if runs is not None:
+        present = sum(len(f[["run_id", "path"]].drop_duplicates()) for f in frames)
+        absent = f": {runs - present} of {runs} runs absent"
+    else:
+        absent = ""
+    return (
+        f"{p}: {len(missing)} of {chunks} chunks missing ({names}){absent}; "
+        f"rerun with --resume to finish the sweep"
+    )
+
+
+def _listing_of(names: list[str], shown: int = 4) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def sort_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -165,6 +165,8 @@ def validation_baseline(path: str | Path) -> float | None:
     return task.unigram_entropy("val") if task.kind == "char_lm" else None
 
 
-def load(path: str | Path) -> Results:
-    """The ``heads`` and ``loss`` tables of an attention results directory."""
-    return Results(store.load(path), store.load(Path(path) / LOSS))
+def load(path: str | Path, *, strict: bool = False) -> Results:
+    """The ``heads`` and ``loss`` tables of an attention results directory: only the
+    chunks of its manifest's config and plan, missing ones warned about (or, with
+    ``strict``, raised: see :func:`rankflow.store.load`)."""
+    return Results(store.load(path, strict=strict), store.load(path, table=LOSS, strict=strict))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..config import ConfigError
-from .common import add_command, add_executor_options, add_set_option, run_sweep
+from .common import add_command, add_executor_options, add_set_option, run_sweep, warnings_as_lines
 
 
 def add_parser(sub) -> None:
@@ -87,7 +87,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ..attention import load
     from ..attention.sweep import validation_baseline
 
-    tables = [load(d) for d in args.results]
+    with warnings_as_lines():
+        tables = [load(d) for d in args.results]
     if args.figure != "balance" and len(tables) > 1:
         raise ConfigError(f"{args.figure}: takes one results directory")
     if args.figure == "rank":

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,6 +47,19 @@ def check_chunk(chunk: int | None) -> None:
     """``--chunk``: a positive number of runs, or unset."""
     if chunk is not None and chunk < 1:
         raise ConfigError(f"--chunk: must be ≥ 1, got {chunk}")
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """Print each warning raised in the block as one line (``rankflow: warning: …``),
+    e.g. a results directory's missing chunks when a figure is drawn from it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                print(f"rankflow: warning: {w.message}", file=sys.stderr)
 
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
@@ -101,8 +117,10 @@ def run_sweep(resolve: Callable[..., Mapping[str, Any]], execute: Callable[..., 
     ``--set`` overrides (every config error before compiling), run the family's sweep
     (``execute``) into ``--out`` with the executor options, print the summary."""
     from ..engine import enable_compilation_cache
+    from ..writer import check_out
 
     check_chunk(args.chunk)
+    check_out(args.out, "sweep")
     cfg = resolve(args.config, parse_set(args.sets))
     enable_compilation_cache()
     _, summary = execute(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from .. import config as config_lib
+from ..writer import check_out
 from .common import add_command, add_set_option
 
 
@@ -47,6 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .. import plots
     from ..compare import compare
 
+    check_out(args.out, "compare")
     t0 = time.perf_counter()
     tables = compare(
         args.config,

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from .. import config as config_lib
+from ..writer import check_out
 from .common import add_command
 
 # The demo's experiment: sims/ beside the package (a source checkout).
@@ -36,6 +37,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..api import run
 
     out = Path(args.out)
+    check_out(out, "sweep")
     t0 = time.perf_counter()
     config = config_lib.load_config(DEMO_CONFIG)
     df = run(config, out=out, resume=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..writer import check_out
 from .common import add_command
 
 
@@ -71,6 +72,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .. import plots
     from ..inspect import inspect_checkpoint
 
+    check_out(args.out, "inspect")
     t0 = time.perf_counter()
     res = inspect_checkpoint(
         args.path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import ConfigError
-from .common import add_command
+from .common import add_command, warnings_as_lines
 
 
 def add_parser(sub) -> None:
@@ -29,7 +29,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .. import plots
     from ..store import load
 
-    df = load(args.results)
+    with warnings_as_lines():
+        df = load(args.results)
     for col in (args.x, args.y, args.hue):
         if col is not None and col not in df.columns:
             raise ConfigError(

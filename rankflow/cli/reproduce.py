@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..writer import check_out
 from .common import add_command
 
 
@@ -44,6 +45,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run the experiments and write the report; exit status 1 when a claim fails."""
     from ..reproduce import check_options, reproduce
 
+    check_out(args.out, "reproduce")
     mode, _ = check_options(args.quick, args.full, args.only, args.checkpoint)  # before compiling
     t0 = time.perf_counter()
     res = reproduce(

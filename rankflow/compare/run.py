@@ -17,6 +17,7 @@ import pandas as pd
 from .. import config as config_lib
 from ..config import ConfigError
 from ..simulate import PARAM_KEYS, Program, params_of, program_for
+from ..writer import check_out, claimed
 from .options import Options, split_options
 from .summary import summary
 from .tables import (
@@ -226,6 +227,8 @@ def compare(
       ConfigError: on an invalid config or option, or a dynamics without a flow.
     """
     t_start = time.perf_counter()
+    if out is not None:
+        check_out(out, "compare")  # before any work: never into a folder not rankflow's
     cfg, flow_cfg, options = _resolve(config, overrides)
     plan = _plan(cfg, options)
     opt, flow = _run_both(cfg, flow_cfg, plan)
@@ -237,7 +240,8 @@ def compare(
             "compare": asdict(options) | {"order_t1": plan.order_t1},
             "seconds": round(time.perf_counter() - t_start, 2),
         }
-        write(out, tables, meta, figures)
+        with claimed(out, "compare"):
+            write(out, tables, meta, figures)
     return tables
 
 

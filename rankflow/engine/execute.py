@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,14 @@ from typing import Any
 import pandas as pd
 
 from .. import store
+from ..config import UNHASHABLE_CODE
+from ..writer import claimed
 from .executors import check_executor, finished_chunks, run_chunks, submit
 from .family import Family
 from .plan import checked_plan
 from .programs import enable_compilation_cache
 
-__all__ = ["Summary", "execute", "run"]
+__all__ = ["Summary", "execute", "has_chunks", "not_resumable", "run"]
 
 
 @dataclass
@@ -60,32 +63,67 @@ def execute(
 ) -> tuple[Any, Summary]:
     """Run a family's resolved config's sweep (see the module docstring), writing each
     finished chunk to ``out`` when given and skipping those already there (only with
-    ``resume``). Returns the family's result (all chunks, resumed ones included) and a
-    :class:`Summary`."""
-    t0 = time.perf_counter()
+    ``resume``). ``out`` is checked and held exclusively while the sweep runs
+    (:func:`rankflow.writer.claimed`); a sweep that fails before its first chunk leaves
+    no directory behind. Returns the family's result (all chunks, resumed ones
+    included) and a :class:`Summary`."""
     check_executor(executor, out)
+    args = (family, cfg, out)
+    kw = dict(resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet)
+    if out is None:
+        return _execute(*args, **kw)
+    with claimed(out, "sweep", keep=lambda: has_chunks(out, family.tables)):
+        return _execute(*args, **kw)
+
+
+def has_chunks(out: str | Path, tables: Sequence[str]) -> bool:
+    """Whether a results directory holds any chunk file."""
+    return any(any((Path(out) / t).glob("chunk-*.parquet")) for t in tables)
+
+
+def not_resumable(config: Mapping[str, Any]) -> str | None:
+    """Why a sweep of the JSON config cannot be resumed (a callable whose code cannot
+    be hashed: :func:`rankflow.config.callable_identity`), or None."""
+    flat = store.flat(config)
+    for key, value in flat.items():
+        if isinstance(value, str) and value.endswith(UNHASHABLE_CODE):
+            name = value.removesuffix(UNHASHABLE_CODE)
+            return f"{key} = {name} has code that cannot be hashed, so its identity is unknown"
+    return None
+
+
+def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
+    t0 = time.perf_counter()
     chunk, points, chunks = checked_plan(family, cfg, chunk, executor)  # before any work
-    finished, redone = set(), []
+    finished, redone, ident = set(), [], None
     if out is not None:
-        store.prepare(
+        config = family.schema.to_json(cfg)
+        ident = store.prepare(
             out,
-            family.schema.to_json(cfg),
+            config,
             chunk_size=chunk,
             chunks=len(chunks),
             resume=resume,
             tables=family.tables,
+            runs=sum(c.rows for c in chunks),
+            not_resumable=not_resumable(config),
         )
-        finished, redone = finished_chunks(family, out, points, chunks)
-        for name in redone:
-            print(f"rankflow: {name} was corrupt or partial; running it again", file=sys.stderr)
+        finished, redone = finished_chunks(family, out, points, chunks, ident)
+        for what in redone:
+            print(f"rankflow: {what}; running it again", file=sys.stderr)
+        for table in family.tables:
+            for what in store.stray_files(out, ident, table):
+                print(f"rankflow: {table}/{what}; left out", file=sys.stderr)
     if executor == "local":
-        frames = run_chunks(family, cfg, out, chunk, quiet=quiet)
+        frames = run_chunks(family, cfg, out, chunk, quiet=quiet, ident=ident)
         ran = len(frames)
     else:
         todo = [c.index for c in chunks if c.index not in finished]
         ran = submit(family, cfg, out, chunk, todo, slurm or {}, quiet)
     if out is not None:
-        tables = {t: store.load(Path(out) / t) for t in family.tables}
+        with warnings.catch_warnings():  # strays were named above
+            warnings.simplefilter("ignore")
+            tables = {t: store.load(out, table=t) for t in family.tables}
     else:
         tables = {
             t: store.sort_rows(pd.concat([f[t] for f in frames], ignore_index=True))

@@ -17,17 +17,26 @@ from .plan import Chunk, plan, resource_error, swept_structure_keys
 from .programs import enable_compilation_cache
 from .progress import progress
 
-__all__ = ["EXECUTORS", "array_task", "check_executor", "finished_chunks", "run_chunks", "submit"]
+__all__ = [
+    "EXECUTORS",
+    "array_task",
+    "check_executor",
+    "finished_chunks",
+    "run_chunks",
+    "submit",
+    "sweep_identity",
+]
 
 EXECUTORS = ("local", "submitit")
 
 
 def finished_chunks(
-    family: Family, out: str | Path, points, chunks: Sequence[Chunk]
+    family: Family, out: str | Path, points, chunks: Sequence[Chunk], ident: store.Identity
 ) -> tuple[set[int], list[str]]:
-    """Indices of ``chunks`` whose files are complete in every table of the family.
-    Corrupt or partial files are removed and returned by name; a chunk missing a
-    table's file loses its other tables' files too (it runs again whole)."""
+    """Indices of ``chunks`` whose files are complete, and of the sweep ``ident``, in
+    every table of the family. Other files (corrupt, partial, foreign, duplicates) are
+    removed and returned as "NAME was/is …"; a chunk missing a table's file loses its
+    other tables' files too (it runs again whole)."""
     done: set[int] | None = None
     bad: list[str] = []
     for table in family.tables:
@@ -35,7 +44,7 @@ def finished_chunks(
         def rows(c: Chunk, table=table) -> int:
             return family.expected_rows(points[c.runs[0][0]], c.rows)[table]
 
-        ok, redo = store.finished_chunks(out, chunks, rows, table)
+        ok, redo = store.finished_chunks(out, chunks, rows, table, ident)
         done = ok if done is None else done & ok
         bad += redo
     for c in chunks:
@@ -52,15 +61,18 @@ def run_chunks(
     chunk: int | None,
     indices: Sequence[int] | None = None,
     quiet: bool = True,
+    ident: store.Identity | None = None,
 ) -> list[dict[str, pd.DataFrame]]:
     """Run the chunks ``indices`` (default: all) of ``cfg``'s plan; with ``out``, write
-    each as it finishes and skip those already there. Returns the tables computed here.
-    Also the body of each SLURM array task: it checks and removes only its own chunks'
-    files, so tasks running at once never touch each other's."""
+    each as it finishes, recording ``ident`` (default: :func:`sweep_identity`), and
+    skip those already there. Returns the tables computed here. Also the body of each
+    SLURM array task: it checks and removes only its own chunks' files, so tasks
+    running at once never touch each other's."""
     points, chunks = plan(family, cfg, chunk)
     todo = [chunks[i] for i in (range(len(chunks)) if indices is None else indices)]
     if out is not None:
-        finished, _ = finished_chunks(family, out, points, todo)
+        ident = ident or sweep_identity(family, cfg, out, len(chunks))
+        finished, _ = finished_chunks(family, out, points, todo, ident)
         todo = [c for c in todo if c.index not in finished]
     swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
@@ -76,10 +88,23 @@ def run_chunks(
                 raise oom from None
             if out is not None:
                 for table in family.tables:
-                    store.write_chunk(out, c.index, tables[table], table=table)
+                    store.write_chunk(out, c.index, tables[table], table, ident)
             frames.append(tables)
             bar.update(c.rows)
     return frames
+
+
+def sweep_identity(
+    family: Family, cfg: Mapping[str, Any], out: str | Path, chunks: int
+) -> store.Identity:
+    """The identity of ``out``'s sweep, from its manifest; raises ``ConfigError`` unless
+    it is ``cfg``'s (a SLURM array task writes under its submitter's claim, into the
+    directory the submitter prepared)."""
+    manifest = store.read_manifest(out)
+    ident = store.identity_of(manifest)
+    if ident.config_hash != store.config_hash(family.schema.to_json(cfg)) or ident.chunks != chunks:
+        raise ConfigError(f"--out: {out} holds another sweep than this task's; not writing")
+    return ident
 
 
 def array_task(

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..writer import check_out, claimed
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
@@ -500,6 +501,8 @@ def inspect_checkpoint(
     tables and the U×U pair gaps per layer are kept.
     """
     t0 = datetime.datetime.now(datetime.UTC)
+    if out is not None:
+        check_out(out, "inspect")  # before reading: never into a folder not rankflow's
     ckpt: Checkpoint = open_checkpoint(path)
     layout = infer_layout(ckpt, arch=arch, heads=heads)
     chosen = parse_layers(layers, layout.n_layers)
@@ -519,7 +522,8 @@ def inspect_checkpoint(
     insp = Inspection(heads_df, grams_df, layout, meta, summary, pair_gaps=gaps)
     if out is not None:
         out = Path(out)
-        _write(out, insp, figures)
+        with claimed(out, "inspect"):
+            _write(out, insp, figures)
         insp = Inspection(heads_df, grams_df, layout, meta, summary, out, pair_gaps=gaps)
     return insp
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError
+from ..writer import claimed
 from . import report as report_lib
 from ._common import MODES, Claim, Context
 
@@ -126,12 +127,18 @@ def reproduce(
         raise ConfigError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     _, names = check_options(mode == "quick", mode == "full", only, checkpoint)
     _validate(names, mode)
-    from ..store import provenance
     from ..sweep import enable_compilation_cache
 
     enable_compilation_cache()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with claimed(out, "reproduce", keep=lambda: any((out / "runs").rglob("chunk-*.parquet"))):
+        return _reproduce(out, mode, names, only, checkpoint, quiet, command)
+
+
+def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
+    """The body of :func:`reproduce`, under its claim on ``out``."""
+    from ..store import provenance
+
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}
     notes: dict[str, list[str]] = {}
