@@ -247,6 +247,11 @@ def prepare(
         atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
         ident = identity_of(manifest)
     for table in tables:
+        if _chunk_dir(out, table).is_file():
+            raise ResultsError(
+                f"{_chunk_dir(out, table)}: is a file, not a directory of chunks; "
+                "rerun into a new --out"
+            )
         _chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
         for tmp in _chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
             tmp.unlink(missing_ok=True)

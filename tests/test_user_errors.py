@@ -432,3 +432,114 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     assert stderr == "rankflow: interrupted; `--resume` continues\n"
     assert "Traceback" not in stdout + stderr
     assert not list(out.glob("results.parquet/.*.tmp"))
+
+
+# --- the results-directory cases (tests/test_results_dir.py tests them in depth) ----------
+
+
+def _model(tmp: Path) -> None:
+    (tmp / "model").mkdir()
+    (tmp / "model" / "config.json").write_text("{}")
+    (tmp / "model" / "model.safetensors").write_bytes(b"x")
+
+
+def _damaged(tmp: Path, how: str) -> None:
+    """A finished one-run sweep in ``tmp/good`` copied to ``tmp/bad`` and damaged."""
+    import shutil
+
+    assert cli.main(["run", "base.toml", "--out", "good", "--quiet"]) == 0
+    shutil.copytree(tmp / "good", tmp / "bad")
+    if how == "manifest":
+        (tmp / "bad" / "manifest.json").write_text("{not json")
+    else:
+        shutil.rmtree(tmp / "bad" / "results.parquet")
+        (tmp / "bad" / "results.parquet").write_text("x")
+
+
+SIMS_ATTENTION = str(ROOT / "sims" / "attention" / "balance_sgd.toml")
+SIMS_COMPARE = str(ROOT / "sims" / "compare_gd.toml")
+NOT_OURS = "(not a rankflow results directory); choose a new or empty directory"
+# (case, setup, argv, fragment, exit status); every writing subcommand refuses a user's folder
+DIR_CASES = [
+    ("run --out a file", None, _run()[:3] + ["afile"], "--out: afile is a file", 2),
+    ("run --out under a file", None, _run()[:3] + ["afile/sub"], "is under a file", 2),
+    ("run --out a model folder", _model, _run()[:3] + ["model"], NOT_OURS, 2),
+    ("compare --out a file", None, ["compare", SIMS_COMPARE, "--out", "afile"], "a file", 2),
+    (
+        "attention train --out a model folder",
+        _model,
+        ["attention", "train", SIMS_ATTENTION, "--out", "model"],
+        NOT_OURS,
+        2,
+    ),
+    (
+        "inspect --out a model folder",
+        _model,
+        ["inspect", "nan_ckpt", "--out", "model"],
+        NOT_OURS,
+        2,
+    ),  # fmt: skip
+    (
+        "reproduce --out a model folder",
+        _model,
+        ["reproduce", "--only", "toy", "--out", "model"],
+        NOT_OURS,
+        2,
+    ),  # fmt: skip
+    ("demo --out a model folder", _model, ["demo", "--out", "model"], NOT_OURS, 2),
+    (
+        "resume with a corrupt manifest",
+        lambda t: _damaged(t, "manifest"),
+        _run("--resume")[:3] + ["bad", "--resume"],
+        "bad/manifest.json: corrupt manifest",
+        2,
+    ),
+    (
+        "resume where results.parquet is a file",
+        lambda t: _damaged(t, "parquet"),
+        _run("--resume")[:3] + ["bad", "--resume"],
+        "results.parquet: is a file, not a directory of chunks",
+        2,
+    ),
+    (
+        "plot a corrupt directory",
+        lambda t: _damaged(t, "manifest"),
+        ["plot", "bad", "--out", "f.png"],
+        "corrupt manifest",
+        2,
+    ),
+    ("plot a missing directory", None, ["plot", "nothere", "--out", "f.png"], "no such", 2),
+    (
+        "plot an empty directory",
+        lambda t: (t / "empty").mkdir(),
+        ["plot", "empty", "--out", "f.png"],
+        "not a rankflow results directory",
+        2,
+    ),
+    (
+        "attention plot a missing directory",
+        None,
+        ["attention", "plot", "rank", "nothere", "--out", "f.png"],
+        "no such results directory",
+        2,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "setup, argv, fragment, status", [c[1:] for c in DIR_CASES], ids=[c[0] for c in DIR_CASES]
+)
+def test_each_directory_mistake_is_one_line(inputs, capsys, setup, argv, fragment, status):
+    """A user's folder, a file or a damaged results directory as --out, or a plot of a
+    missing, empty or corrupt directory: one line, and nothing the user owns touched."""
+    (inputs / "afile").write_text("mine")
+    if setup is not None:
+        setup(inputs)
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()}
+    assert cli.main(argv) == status
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
+    assert fragment in err, err
+    assert "Traceback" not in out + err
+    assert {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()} == before
