@@ -461,10 +461,7 @@ SIMS_COMPARE = str(ROOT / "sims" / "compare_gd.toml")
 NOT_OURS = "(not a rankflow results directory); choose a new or empty directory"
 # (case, setup, argv, fragment, exit status); every writing subcommand refuses a user's folder
 DIR_CASES = [
-    ("run --out a file", None, _run()[:3] + ["afile"], "--out: afile is a file", 2),
-    ("run --out under a file", None, _run()[:3] + ["afile/sub"], "is under a file", 2),
     ("run --out a model folder", _model, _run()[:3] + ["model"], NOT_OURS, 2),
-    ("compare --out a file", None, ["compare", SIMS_COMPARE, "--out", "afile"], "a file", 2),
     (
         "attention train --out a model folder",
         _model,
@@ -521,6 +518,34 @@ DIR_CASES = [
         None,
         ["attention", "plot", "rank", "nothere", "--out", "f.png"],
         "no such results directory",
+        2,
+    ),
+]
+
+
+# A file, or a path under a file, as --out of every subcommand that writes a directory.
+WRITERS = {
+    "run": ["run", "base.toml"],
+    "compare": ["compare", SIMS_COMPARE],
+    "attention train": ["attention", "train", SIMS_ATTENTION],
+    "inspect": ["inspect", "nan_ckpt"],
+    "reproduce": ["reproduce", "--only", "toy"],
+    "demo": ["demo"],
+}
+DIR_CASES += [
+    (f"{name} --out {what}", None, [*argv, "--out", out], fragment, 2)
+    for name, argv in WRITERS.items()
+    for what, out, fragment in (
+        ("a file", "afile", "--out: afile is a file"),
+        ("under a file", "afile/sub", "--out: afile/sub is under a file"),
+    )
+]
+DIR_CASES += [
+    (
+        "attention plot an empty directory",
+        lambda t: (t / "empty").mkdir(),
+        ["attention", "plot", "rank", "empty", "--out", "f.png"],
+        "not a rankflow results directory",
         2,
     ),
 ]
