@@ -482,7 +482,9 @@ def structure_key(point: Mapping[str, Any], schema: Schema, traced: Iterable[str
         flat.pop(k)
     for k, v in flat.items():
         if callable(v):
-            flat[k] = f"{v.__module__}.{v.__qualname__}#{id(v)}"
+            # A callable object (an instance with __call__) has no __qualname__.
+            name = getattr(v, "__qualname__", type(v).__qualname__)
+            flat[k] = f"{getattr(v, '__module__', '?')}.{name}#{id(v)}"
     return json.dumps(flat, sort_keys=True)
 
 

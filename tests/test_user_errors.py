@@ -568,3 +568,16 @@ def test_each_directory_mistake_is_one_line(inputs, capsys, setup, argv, fragmen
     assert fragment in err, err
     assert "Traceback" not in out + err
     assert {p: p.read_bytes() for p in inputs.rglob("*") if p.is_file()} == before
+
+
+def test_a_callable_object_is_a_custom_loss(inputs):
+    """An instance with ``__call__`` (no ``__qualname__``) is keyed and run like a
+    function; before, building its structure key raised AttributeError."""
+    import jax.numpy as jnp
+
+    class Loss:
+        def __call__(self, W):
+            return 0.5 * jnp.sum((W - 1.0) ** 2)
+
+    df = rankflow.run(_custom(Loss()))
+    assert len(df) == 3 and (df["status"] == "ok").all()
