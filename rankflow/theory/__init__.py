@@ -28,6 +28,14 @@ Where each item of THEORY.md lives:
   the late rate near a balanced minimum: :func:`momentum_orbit_rate`.
 - T8, rates and orders measured from simulations: :func:`fit_rate`,
   :func:`convergence_order`.
+- T9, gradient-space noise ``G + ξ``: the pathwise drift
+  ``dD/dt = −2ηλD + η²σ²(m BᵀB − n AᵀA)``: :func:`gradient_noise_balance_drift`; at
+  m = n ``D(t) = e^{−(2ηλ + η²σ²m)t} D(0)``: :func:`gradient_noise_balance`; the mean
+  one-step GD update with ``G + ξ``: :func:`gradient_noise_step_mean`.
+- T10, minibatch noise: the SME's drift ``−2ηλD + (η²/(bN)) Σ_k (Bᵀδ_kᵀδ_kB −
+  Aᵀδ_kδ_kᵀA)``: :func:`minibatch_noise_balance_drift`; the mean one-step minibatch SGD
+  update: :func:`minibatch_step_mean`; sampling without replacement's
+  ``(N − b)/(N − 1)``: :func:`without_replacement_factor`.
 """
 
 from __future__ import annotations
@@ -52,6 +60,12 @@ from ._common import l2_penalty as l2_penalty
 from ._common import nuclear_norm as nuclear_norm
 from ._fit import convergence_order as convergence_order
 from ._fit import fit_rate as fit_rate
+from ._noise import gradient_noise_balance as gradient_noise_balance
+from ._noise import gradient_noise_balance_drift as gradient_noise_balance_drift
+from ._noise import gradient_noise_step_mean as gradient_noise_step_mean
+from ._noise import minibatch_noise_balance_drift as minibatch_noise_balance_drift
+from ._noise import minibatch_step_mean as minibatch_step_mean
+from ._noise import without_replacement_factor as without_replacement_factor
 from ._nuclear import ProxGradientResult as ProxGradientResult
 from ._nuclear import lipschitz_constant as lipschitz_constant
 from ._nuclear import nuclear_minimiser as nuclear_minimiser
@@ -77,8 +91,13 @@ __all__ = [
     "gf_balance_rate",
     "gf_contraction",
     "gf_loss_gap_bound",
+    "gradient_noise_balance",
+    "gradient_noise_balance_drift",
+    "gradient_noise_step_mean",
     "l2_penalty",
     "lipschitz_constant",
+    "minibatch_noise_balance_drift",
+    "minibatch_step_mean",
     "momentum_balance_rates",
     "momentum_orbit_rate",
     "nuclear_minimiser",
@@ -92,4 +111,5 @@ __all__ = [
     "svt",
     "t1_gap",
     "t2_bound",
+    "without_replacement_factor",
 ]
