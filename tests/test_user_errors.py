@@ -410,7 +410,9 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     cfg.write_text(
         BASE.replace("t1 = 4.0", "t1 = 2000.0").replace("num = 3", "num = 5")
         + '[dynamics]\nkind = "gd"\n[sweep]\nseed = '
-        + str(list(range(64)))
+        # Enough one-run chunks that the sweep is still running when SIGINT arrives
+        # (64 finished before the signal on a fast machine).
+        + str(list(range(2000)))
         + "\n"
     )
     out = tmp_path / "out"
