@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from test_inspect import Spec, build, make_factors, write_checkpoint
+from test_inspect import Spec, _rotate_planes, build, make_factors, write_checkpoint
 
 from rankflow import cli
 from rankflow.inspect import (
@@ -150,15 +150,6 @@ def test_partial_rotary_report_through_the_cli(tmp_path):
     assert (verdict_rows["fp_seeds"] == pretrained.FP_SEEDS).all()
     assert (verdict_rows["fp_rate"] <= pretrained.FP_MAX).all()
     assert set(table.columns) >= {"p", "effect", "n_perm", "alpha", "margin", "fp_rate"}
-
-
-def _rotate_planes(X, planes, rng):
-    X = X.copy()
-    for a, b in planes:
-        angle = rng.uniform(0, 2 * np.pi)
-        c, s = np.cos(angle), np.sin(angle)
-        X[:, [a, b]] = X[:, [a, b]] @ np.array([[c, -s], [s, c]])
-    return X
 
 
 def test_rotary_qk_is_judged_by_block_energies(tmp_path):
