@@ -211,7 +211,7 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
     import jax
     import jax.numpy as jnp
 
-    from rankflow import config as config_lib
+    from rankflow import vocabulary
     from rankflow.observables import observables
     from rankflow.problems import init_factors, make_problem
 
@@ -219,7 +219,7 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
     r = point["model"]["r"]
     rank_tol = point["save"]["rank_tol"]
     init_kind = point["init"]["kind"]
-    ts = np.asarray(config_lib.save_times(point))
+    ts = np.asarray(vocabulary.save_times(point))
     steps = int(round(ts[-1]))
     every = steps // (len(ts) - 1)
     f32 = jnp.float32

@@ -35,6 +35,7 @@ from .schema import (
     ConfigError,
     Field,
     Schema,
+    choice,
     defaults_of,
     ge,
     gt,
@@ -43,6 +44,31 @@ from .schema import (
     one_of,
     parse_set,
     seed_range,
+)
+from .vocabulary import (
+    CONTINUOUS_DYNAMICS,
+    DISCRETE_DYNAMICS,
+    DYNAMICS_KINDS,
+    INIT_KINDS,
+    ITO_METHODS,
+    MAX_STEPS,
+    METHODS,
+    MOMENTUM_DYNAMICS,
+    NOISE_MODELS,
+    NOISE_MODELS_OF,
+    ODE_METHODS,
+    PROBLEM_KINDS,
+    SDE_DYNAMICS,
+    SDE_METHODS,
+    SIGMA_DYNAMICS,
+    STOCHASTIC_DYNAMICS,
+    adaptive_methods,
+    multiplicative_noise,
+    noise_model,
+    save_times,
+    singular_values,
+    solver_adaptive,
+    solver_method,
 )
 
 __all__ = [
@@ -61,56 +87,6 @@ __all__ = [
     "validate",
 ]
 
-
-# --- the vocabulary -------------------------------------------------------------------
-
-PROBLEM_KINDS = ("diagonal", "sensing", "completion", "regression", "custom")
-INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
-# The dynamics of THEORY.md: continuous flows (diffrax) and discrete optimizers (optax).
-CONTINUOUS_DYNAMICS = (
-    "gradient_flow",
-    "stochastic_flow",
-    "momentum_flow",
-    "momentum_flow_coupled",
-    "stochastic_momentum_flow",
-)
-DISCRETE_DYNAMICS = (
-    "gd",
-    "sgd",
-    "sgd_gaussian",
-    "momentum",
-    "momentum_coupled",
-    "adamw",
-    "adam_l2",
-)
-DYNAMICS_KINDS = CONTINUOUS_DYNAMICS + DISCRETE_DYNAMICS
-SDE_DYNAMICS = ("stochastic_flow", "stochastic_momentum_flow")
-# Dynamics whose noise is the Gaussian σ of THEORY.md (sgd's comes from minibatches).
-SIGMA_DYNAMICS = SDE_DYNAMICS + ("sgd_gaussian",)
-STOCHASTIC_DYNAMICS = SIGMA_DYNAMICS + ("sgd",)
-MOMENTUM_DYNAMICS = (
-    "momentum_flow",
-    "momentum_flow_coupled",
-    "stochastic_momentum_flow",
-    "momentum",
-    "momentum_coupled",
-)
-# The flow each optimizer discretises (dt = 1), for `rankflow compare`.
-FLOW_OF = {
-    "gd": "gradient_flow",
-    "sgd_gaussian": "stochastic_flow",
-    "momentum": "momentum_flow",
-    "momentum_coupled": "momentum_flow_coupled",
-}
-ADAPTIVE_METHODS = ("tsit5", "dopri5", "dopri8", "bosh3")
-FIXED_METHODS = ("euler", "heun", "midpoint", "ralston", "rk4")
-ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
-# Solvers for the additive-noise SDEs: Euler–Maruyama, Heun, and the stochastic
-# Runge–Kutta methods that use space-time Lévy area (SEA: strong order 1; ShARK, SRA1:
-# strong order 1.5 for additive noise). ShARK, SRA1 and Heun can also step adaptively.
-SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
-SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
-METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
 
 # Keys whose values are traced inputs of the compiled program: a sweep over any of
 # them shares one compilation. Every other key is structural (one program per value).
@@ -180,7 +156,16 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "eta": Field(NUM, 0.5, "learning rate η (time is in steps)", gt(0)),
         "sigma": Field(NUM, 0.0, "std of the per-entry gradient noise of one step", ge(0)),
         "mu": Field(NUM, 0.1, "momentum rate μ (EMA weight of the new gradient)", gt(0)),
-        "batch": Field(INT, 32, "minibatch size (sgd)", ge(1)),
+        "batch": Field(INT, 32, "minibatch size (sgd; noise = minibatch)", ge(1)),
+        "noise": Field(
+            STR,
+            None,
+            "noise model of stochastic dynamics: parameter (σ dW on A and B; the default), "
+            "gradient (σ dΞ on the gradient of W), minibatch (a batch-`batch` minibatch "
+            "gradient's covariance; sgd's own noise)",
+            choice(NOISE_MODELS),
+            optional=True,
+        ),
         "paths": Field(INT, 1, "Monte Carlo paths (stochastic dynamics)", ge(1)),
     },
     "solver": {
@@ -218,9 +203,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
 
 DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 ALL_KEYS = keys_of(SCHEMA)
-DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
-# Steps of discrete dynamics are counted in int32 by the compiled loop.
-MAX_STEPS = 2**31 - 1
 
 
 def keys_help(schema: Schema = SCHEMA, numeric_keys: tuple[str, ...] = NUMERIC_KEYS) -> str:
@@ -231,56 +213,6 @@ def keys_help(schema: Schema = SCHEMA, numeric_keys: tuple[str, ...] = NUMERIC_K
 def flatten(cfg: Mapping[str, Any], schema: Schema = SCHEMA) -> dict[str, Any]:
     """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
     return schema_lib.flatten(cfg, schema)
-
-
-# --- derived values ----------------------------------------------------------------------
-# Each is a pure function of a point's given values; `validate` checks what they give and
-# `derive` writes them in.
-
-
-def singular_values(problem: Mapping[str, Any]) -> list[float] | None:
-    """The problem's singular values: given, or diagonal's default (None: the target's
-    default, drawn with the problem)."""
-    sv = problem["singular_values"]
-    if sv is None and problem["kind"] == "diagonal":
-        return list(DIAGONAL_DEFAULT)
-    return sv
-
-
-def solver_method(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> str | None:
-    """The solver of continuous dynamics: given, or shark for SDEs and tsit5 for ODEs
-    (None for discrete dynamics)."""
-    if dynamics["kind"] not in CONTINUOUS_DYNAMICS:
-        return solver["method"]
-    if solver["method"] is not None:
-        return solver["method"]
-    return "shark" if dynamics["kind"] in SDE_DYNAMICS else "tsit5"
-
-
-def adaptive_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
-    """The solvers that can step adaptively for these (continuous) dynamics."""
-    return SDE_ADAPTIVE_METHODS if dynamics["kind"] in SDE_DYNAMICS else ADAPTIVE_METHODS
-
-
-def solver_adaptive(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> bool:
-    """Whether the solve steps adaptively: given, or by default for the embedded ODE
-    methods (tsit5, dopri5, dopri8, bosh3); never for discrete dynamics by default."""
-    if solver["adaptive"] is not None:
-        return solver["adaptive"]
-    if dynamics["kind"] not in CONTINUOUS_DYNAMICS:
-        return False
-    sde = dynamics["kind"] in SDE_DYNAMICS
-    return solver_method(dynamics, solver) in adaptive_methods(dynamics) and not sde
-
-
-def save_times(cfg: Mapping[str, Any]) -> list[float]:
-    """The save times of a config, in steps: ``save.ts``, or ``save.num`` evenly spaced
-    from 0 to ``save.t1``."""
-    sv = cfg["save"]
-    if sv["ts"] is not None:
-        return [float(t) for t in sv["ts"]]
-    t1, num = sv["t1"], sv["num"]
-    return [t1 * i / (num - 1) for i in range(num)]
 
 
 # --- validation (pure) -------------------------------------------------------------------
@@ -355,6 +287,7 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
             f"dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in "
             f"(0, 1], got {d['mu']}"
         )
+    _validate_noise(d)
     if kind == "sgd":
         if not p_has_samples(p):
             raise ConfigError(
@@ -362,10 +295,41 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
                 f"{p['kind']!r} has none (use sensing, completion or regression, or "
                 f"sgd_gaussian for Gaussian gradient noise)"
             )
+    if noise_model(d) == "minibatch":
+        if not p_has_samples(p):
+            raise ConfigError(
+                f"dynamics.noise: 'minibatch' noise is the covariance of minibatches of "
+                f"data; problem.kind = {p['kind']!r} has none (use sensing, completion or "
+                f"regression, or noise = 'gradient' for isotropic gradient noise)"
+            )
         if d["batch"] > p["samples"]:
             raise ConfigError(
                 f"dynamics.batch: must be ≤ problem.samples = {p['samples']}, got {d['batch']}"
             )
+
+
+def _validate_noise(d: Mapping[str, Any]) -> None:
+    kind, noise = d["kind"], d["noise"]
+    if noise is None:
+        return
+    allowed = NOISE_MODELS_OF.get(kind)
+    if allowed is None:
+        raise ConfigError(
+            f"dynamics.noise: {kind} is deterministic and has no noise model; noise models "
+            f"need one of {', '.join(NOISE_MODELS_OF)}"
+        )
+    if noise not in allowed:
+        hint = {
+            "sgd": "; Gaussian gradient noise is sgd_gaussian's",
+            "sgd_gaussian": "; real minibatches are dynamics.kind = 'sgd', their SDE "
+            "stochastic_flow with noise = 'minibatch'",
+        }.get(kind, "")
+        raise ConfigError(f"dynamics.noise: {kind} takes {', '.join(allowed)}, got {noise!r}{hint}")
+    if noise == "minibatch" and d["sigma"] != 0:
+        raise ConfigError(
+            f"dynamics.sigma: must be 0 with noise = 'minibatch' (the noise's covariance "
+            f"is the data's, set by dynamics.batch), got {d['sigma']}"
+        )
 
 
 def _validate_solver(d: Mapping[str, Any], s: Mapping[str, Any]) -> None:
@@ -374,6 +338,18 @@ def _validate_solver(d: Mapping[str, Any], s: Mapping[str, Any]) -> None:
         return
     sde = kind in SDE_DYNAMICS
     method = solver_method(d, s)
+    if multiplicative_noise(d) and method not in ITO_METHODS:
+        raise ConfigError(
+            f"solver.method: noise = {noise_model(d)!r} is multiplicative and {method!r} "
+            f"does not converge to its Itô solution (Heun and midpoint converge to the "
+            f"Stratonovich one; SEA, ShARK and SRA1 need additive noise); use one of "
+            f"{', '.join(ITO_METHODS)}"
+        )
+    if multiplicative_noise(d) and s["adaptive"]:
+        raise ConfigError(
+            f"solver.adaptive: must be false with noise = {noise_model(d)!r}: its Itô "
+            f"solver ({', '.join(ITO_METHODS)}) has no error estimate; set solver.dt"
+        )
     allowed = SDE_METHODS if sde else ODE_METHODS
     if method not in allowed:
         what = "an SDE" if sde else "an ODE"
@@ -425,6 +401,7 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
         p["m"] = p["n"] = len(p["singular_values"])
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
+    d["noise"] = noise_model(d)
     if sv["ts"] is not None:
         sv["t1"] = float(sv["ts"][-1])
     return cfg
@@ -441,7 +418,9 @@ def warn_deterministic(points: list[Mapping[str, Any]]) -> None:
         {
             p["dynamics"]["kind"]
             for p in points
-            if p["dynamics"]["kind"] in SIGMA_DYNAMICS and p["dynamics"]["sigma"] == 0
+            if p["dynamics"]["kind"] in SIGMA_DYNAMICS
+            and p["dynamics"]["sigma"] == 0
+            and noise_model(p["dynamics"]) != "minibatch"
         }
     )
     if quiet:

@@ -9,6 +9,7 @@ carries η, so one explicit Euler step with dt = 1 is one step of the discrete o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
@@ -19,13 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from diffrax import AbstractERK, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
-from .config import MOMENTUM_DYNAMICS
 from .problems import Problem
+from .vocabulary import MOMENTUM_DYNAMICS
 
 __all__ = [
     "NEEDS_LEVY_AREA",
     "RK4",
     "AdditiveNoise",
+    "FactorNoise",
     "Saved",
     "drift_field",
     "factor_grads",
@@ -34,15 +36,18 @@ __all__ = [
     "initial_state",
     "make_solver",
     "max_abs",
+    "minibatch_spread",
     "momentum_flow_field",
     "noise_term",
     "solve",
 ]
 
 
-def factor_grads(problem: Problem, minibatch: bool = False) -> Callable:
+def factor_grads(problem: Problem, minibatch: bool = False, w_noise: bool = False) -> Callable:
     """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``; with
-    ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``.
+    ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``;
+    with ``w_noise``, ``(A, B), data, ξ →`` the same for the noisy gradient ``G + ξ``
+    (gradient-space noise, THEORY.md T9).
 
     The chain rule is written out rather than left to ``jax.grad`` of ``L(ABᵀ)``: autodiff
     emits ``Gᵀ A`` as a dot contracting ``G``'s first axis, which XLA:CPU runs as a plain
@@ -63,6 +68,13 @@ def factor_grads(problem: Problem, minibatch: bool = False) -> Callable:
         return batch_grads
 
     grad_w = jax.grad(problem.loss)
+    if w_noise:
+
+        def noisy_grads(theta, data, xi):
+            A, B = theta
+            return chain(grad_w(A @ B.T, data) + xi, theta)
+
+        return noisy_grads
 
     def grads(theta, data):
         A, B = theta
@@ -157,27 +169,118 @@ class AdditiveNoise(diffrax.ControlTerm):
         return self.embed(jax.tree.map(lambda c: vf * c, control))
 
 
-def noise_term(kind: str, theta0, brownian_for: Callable) -> AdditiveNoise:
-    """The diffusion term of an SDE ``dynamics.kind``, with Brownian motion made by
-    ``brownian_for(shape)`` (shape: a pytree of ``jax.ShapeDtypeStruct``).
+class FactorNoise(diffrax.ControlTerm):
+    """Noise that enters through the gradient of ``W = ABᵀ`` (THEORY.md T9, T10): a
+    W-space increment ``dG`` reaches the factors by the chain rule as ``(dG B, dGᵀA)``,
+    times ``c`` (``vf``'s ``"c"``: −ησ on θ, μσ on the momentum), placed into the state
+    by ``embed``. The noise depends on the state (multiplicative), so Itô and
+    Stratonovich solutions differ: Euler–Maruyama converges to the Itô one.
 
-    SGF: ``ησ dW`` on θ. Stochastic momentum flow: ``μσ dW`` on M (the gradient noise
-    enters the momentum, THEORY.md).
+    ``gradient``: ``dG = dΞ``, an m×n Brownian matrix. ``minibatch``: the control is one
+    Brownian motion per data point, ``dβ`` (N,), and
+    ``dG = s Σ_k (g_k − Ḡ) dβ_k`` with ``g_k`` the per-sample gradients at the current W
+    and ``s = √((N − b)/((N − 1) b N))``: the covariance ``(N − b)/(N − 1) · Σ/b`` of the
+    mean gradient of b of the N points drawn without replacement, as ``sgd`` draws them
+    (Σ the per-sample covariance, with 1/N). ``vf`` materialises the N deviations;
+    ``vf_prod`` (what Euler–Maruyama calls) pulls ``dβ`` back through the per-sample
+    losses instead: ``Σ_k (g_k − Ḡ) dβ_k = ∇_W Σ_k (dβ_k − mean dβ) ℓ_k(W)``, one
+    vector–Jacobian product.
     """
-    shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), theta0)
-    if kind == "stochastic_flow":
-        return AdditiveNoise(
-            lambda t, y, args: args[1]["eta"] * args[1]["sigma"],
-            brownian_for(shape),
-            lambda noise: noise,
-        )
-    if kind == "stochastic_momentum_flow":
-        return AdditiveNoise(
-            lambda t, y, args: args[1]["mu"] * args[1]["sigma"],
-            brownian_for(shape),
-            lambda noise: (jax.tree.map(jnp.zeros_like, noise), noise),
-        )
-    raise ValueError(f"dynamics.kind: {kind!r} is not an SDE")
+
+    model: str = eqx.field(static=True)
+    scale: Callable = eqx.field(static=True)
+    theta_of: Callable = eqx.field(static=True)
+    embed: Callable = eqx.field(static=True)
+    sample_losses: Callable | None = eqx.field(static=True)
+    spread: float = eqx.field(static=True)
+
+    def __init__(self, model, scale_fn, control, theta_of, embed, sample_losses, spread):
+        def vf(t, y, args):
+            A, B = theta_of(y)
+            out = {"c": scale_fn(args), "A": A, "B": B}
+            if model == "minibatch":
+                g = jax.jacrev(sample_losses)(A @ B.T, args[0])  # (N, m, n)
+                out["deltas"] = spread * (g - jnp.mean(g, axis=0))
+            return out
+
+        super().__init__(vf, control)
+        self.model = model
+        self.scale = scale_fn
+        self.theta_of = theta_of
+        self.embed = embed
+        self.sample_losses = sample_losses
+        self.spread = spread
+
+    def _factors(self, c, A, B, dG):
+        return self.embed((c * (dG @ B), c * (jnp.swapaxes(dG, -1, -2) @ A)))
+
+    def prod(self, vf, control):
+        dG = control if self.model == "gradient" else jnp.tensordot(control, vf["deltas"], 1)
+        return self._factors(vf["c"], vf["A"], vf["B"], dG)
+
+    def vf_prod(self, t, y, args, control):
+        if self.model == "gradient":
+            return self.prod(self.vf(t, y, args), control)
+        data, _ = args
+        A, B = self.theta_of(y)
+        W = A @ B.T
+        _, pullback = jax.vjp(lambda w: self.sample_losses(w, data), W)
+        (dG,) = pullback(control - jnp.mean(control))
+        return self._factors(self.scale(args), A, B, self.spread * dG)
+
+
+def minibatch_spread(samples: int, batch: int) -> float:
+    """``s = √((N − b)/((N − 1) b N))``: the scale of :class:`FactorNoise`'s minibatch
+    noise for b of N points drawn without replacement (0 at b = N, ``1/√N`` at b = 1)."""
+    if samples == 1:
+        return 0.0
+    return float(np.sqrt((samples - batch) / ((samples - 1) * batch * samples)))
+
+
+def noise_term(
+    kind: str,
+    theta0,
+    brownian_for: Callable,
+    model: str = "parameter",
+    problem: Problem | None = None,
+    batch: int | None = None,
+) -> diffrax.AbstractTerm:
+    """The diffusion term of an SDE ``dynamics.kind`` with noise model ``model``
+    (``dynamics.noise``), with Brownian motion made by ``brownian_for(shape)`` (shape: a
+    pytree of ``jax.ShapeDtypeStruct``).
+
+    ``parameter``: SGF ``ησ dW`` on θ; the stochastic momentum flow ``μσ dW`` on M (the
+    gradient noise enters the momentum, THEORY.md). ``gradient`` and ``minibatch``: a
+    :class:`FactorNoise` on θ (``c = −ησ``, resp. −η) or on M (``μσ``, resp. μ);
+    ``minibatch`` needs the ``problem`` (its per-sample losses) and ``batch``.
+    """
+    if kind not in ("stochastic_flow", "stochastic_momentum_flow"):
+        raise ValueError(f"dynamics.kind: {kind!r} is not an SDE")
+    momentum = kind == "stochastic_momentum_flow"
+    if momentum:
+        embed = lambda noise: (jax.tree.map(jnp.zeros_like, noise), noise)  # noqa: E731
+    else:
+        embed = lambda noise: noise  # noqa: E731
+    if model == "parameter":
+        shape = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), theta0)
+        if momentum:
+            scale = lambda t, y, args: args[1]["mu"] * args[1]["sigma"]  # noqa: E731
+        else:
+            scale = lambda t, y, args: args[1]["eta"] * args[1]["sigma"]  # noqa: E731
+        return AdditiveNoise(scale, brownian_for(shape), embed)
+    A0, B0 = theta0
+    size = (A0.shape[0], B0.shape[0]) if model == "gradient" else (problem.samples,)
+    control = brownian_for(jax.ShapeDtypeStruct(size, A0.dtype))
+    sigma = (lambda h: h["sigma"]) if model == "gradient" else (lambda h: 1.0)
+    if momentum:
+        scale = lambda args: args[1]["mu"] * sigma(args[1])  # noqa: E731
+    else:
+        scale = lambda args: -args[1]["eta"] * sigma(args[1])  # noqa: E731
+    sample_losses = problem.sample_losses if model == "minibatch" else None
+    spread = minibatch_spread(problem.samples, batch) if model == "minibatch" else 1.0
+    return FactorNoise(
+        model, scale, control, functools.partial(factors_of, kind), embed, sample_losses, spread
+    )
 
 
 _rk4_tableau = ButcherTableau(
@@ -259,6 +362,7 @@ def solve(
     watched: Callable | None = None,
     controller: Mapping[str, Any] | None = None,
     throw: bool = False,
+    brownian_tol: float | None = None,
 ) -> Saved:
     """Solve ``dy = field(t, y, args) dt [+ noise]`` from ``y(t0) = y0`` and save
     ``observe(y)`` (default: ``y``) at the times ``ts`` (a static increasing array; default:
@@ -275,11 +379,14 @@ def solve(
     SDE, with Brownian motion from ``key``: a ``VirtualBrownianTree`` for adaptive steps
     (consistent under refinement), an ``UnsafeBrownianPath`` with ``DirectAdjoint`` for
     fixed ones (one fresh draw per step: exact there, and ~20× cheaper; DESIGN.md's
-    measured facts). Space-time Lévy area where the solver needs it.
+    measured facts). Space-time Lévy area where the solver needs it. ``brownian_tol``:
+    a ``VirtualBrownianTree`` of that tolerance for fixed steps too, so that solves with
+    different ``dt`` (finer than the tolerance's scale) follow one Brownian path, as a
+    strong-error measurement needs.
     """
     solver = make_solver(method) if isinstance(method, str) else method
     t1 = float(ts[-1]) if t1 is None else t1
-    terms, adjoint = _terms(field, noise, key, method, adaptive, dt, t0, t1)
+    terms, adjoint = _terms(field, noise, key, method, adaptive, dt, t0, t1, brownian_tol)
     observe = observe or (lambda y: y)
     setup = dict(terms=terms, solver=solver, adjoint=adjoint, args=args, throw=throw)
     if not adaptive:
@@ -311,7 +418,7 @@ def solve(
     return Saved(sol.ys, jnp.isfinite(sol.ts), sol.result == diffrax.RESULTS.max_steps_reached)
 
 
-def _terms(field, noise, key, method, adaptive: bool, dt: float, t0: float, t1: float):
+def _terms(field, noise, key, method, adaptive: bool, dt, t0, t1, brownian_tol=None):
     """:func:`solve`'s terms and adjoint: the drift alone, or with ``noise`` driven by the
     Brownian path that suits the step-size control (see :func:`solve`)."""
     terms = diffrax.ODETerm(field)
@@ -322,10 +429,10 @@ def _terms(field, noise, key, method, adaptive: bool, dt: float, t0: float, t1: 
         if isinstance(method, str) and method in NEEDS_LEVY_AREA
         else diffrax.BrownianIncrement
     )
-    if adaptive:
+    if adaptive or brownian_tol is not None:
         # Adaptive steps need a Brownian path consistent under refinement.
         def brownian_for(shape):
-            tol = 1e-3 * min(dt, t1 - t0)
+            tol = 1e-3 * min(dt, t1 - t0) if brownian_tol is None else brownian_tol
             return diffrax.VirtualBrownianTree(
                 t0, t1, tol=tol, shape=shape, key=key, levy_area=levy
             )

@@ -114,6 +114,19 @@ class Problem:
             return self.custom_loss(W)
         return self.batch_loss(W, data, None)
 
+    def sample_losses(self, W: Float[Array, "m n"], data: Data) -> Float[Array, " N"]:
+        """The loss of each data point (problems with samples), normalised so that their
+        mean is :meth:`loss`: ``L(W) = (1/N) Σ_k ℓ_k(W)``. Their gradients are the
+        per-sample gradients ``g_k`` whose spread is minibatch noise (THEORY.md T10)."""
+        if self.kind == "sensing":
+            return 0.5 * (jnp.einsum("kij,ij->k", data["X"], W) - data["y"]) ** 2
+        if self.kind == "completion":
+            r = W[data["rows"], data["cols"]] - data["y"]
+            return 0.5 * self.m * self.n * r**2
+        if self.kind == "regression":
+            return 0.5 * jnp.sum((W @ data["X"] - data["Y"]) ** 2, axis=0)
+        raise ValueError(f"problem.kind: {self.kind!r} has no data points")
+
     def batch_loss(
         self, W: Float[Array, "m n"], data: Data, idx: Int[Array, " batch"] | None
     ) -> Float[Array, ""]:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from . import batching
+from . import batching, vocabulary
 from . import config as config_lib
 from .engine import programs
 from .engine.plan import pad_runs, shard
@@ -71,7 +71,7 @@ class Program:
 
     def __post_init__(self):
         self.problem = make_problem(self.point)
-        self.ts = np.asarray(config_lib.save_times(self.point))
+        self.ts = np.asarray(vocabulary.save_times(self.point))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
         self._jitted = jax.jit(jax.vmap(self._single))
@@ -80,7 +80,7 @@ class Program:
 
     @property
     def continuous(self) -> bool:
-        return self.kind in config_lib.CONTINUOUS_DYNAMICS
+        return self.kind in vocabulary.CONTINUOUS_DYNAMICS
 
     @property
     def num_sv(self) -> int:
@@ -157,7 +157,7 @@ class Program:
         A, B = theta
         if self.save == "states":
             out = {"theta": theta}
-            if self.continuous and self.kind in config_lib.MOMENTUM_DYNAMICS:
+            if self.continuous and self.kind in vocabulary.MOMENTUM_DYNAMICS:
                 out["M"] = state[1]
         else:
             loss = self.problem.loss(A @ B.T, data)
@@ -179,8 +179,15 @@ class Program:
         the saves (:func:`rankflow.flows.solve`)."""
         s, kind = self.point["solver"], self.kind
         noise = None
-        if kind in config_lib.SDE_DYNAMICS:
-            noise = functools.partial(noise_term, kind, theta0)
+        if kind in vocabulary.SDE_DYNAMICS:
+            noise = functools.partial(
+                noise_term,
+                kind,
+                theta0,
+                model=self.point["dynamics"]["noise"],
+                problem=self.problem,
+                batch=self.point["dynamics"]["batch"],
+            )
         return solve(
             drift_field(kind, self.problem),
             initial_state(kind, theta0),
@@ -204,7 +211,17 @@ class Program:
         from ``noise_key``: the observables at the saves
         (:func:`rankflow.optimizers.iterate`)."""
         opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
-        if self.kind == "sgd":
+        if self.point["dynamics"]["noise"] == "gradient":
+            # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.
+            opt = make_optimizer("gd", hyper, noise_key)
+            grad_key = jax.random.fold_in(noise_key, 2)
+            noisy_grads = factor_grads(self.problem, w_noise=True)
+
+            def grads(theta, k):
+                key = jax.random.fold_in(grad_key, k)
+                xi = jax.random.normal(key, self.problem.shape, jnp.float32).astype(self.dtype)
+                return noisy_grads(theta, data, hyper["sigma"] * xi)
+        elif self.kind == "sgd":
             batch_grads = factor_grads(self.problem, minibatch=True)
             batch_key = jax.random.fold_in(noise_key, 1)
             batch = self.point["dynamics"]["batch"]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import config as config_lib
-from . import engine, store
+from . import engine, store, vocabulary
 from .engine import Chunk, Summary, enable_compilation_cache
 from .observables import OBSERVABLES, num_singular_values
 from .problems import check_custom_loss
@@ -45,7 +45,7 @@ def _per_run_bytes(point: Mapping[str, Any]) -> int:
     m, n = (len(p["singular_values"]),) * 2 if kind == "diagonal" else (p["m"], p["n"])
     N = p["samples"]
     data = {"sensing": N * m * n, "completion": 3 * N, "regression": (m + n) * N}.get(kind, m * n)
-    saves = len(config_lib.save_times(point))
+    saves = len(vocabulary.save_times(point))
     saved = saves * (len(OBSERVABLES) + num_singular_values(m, n, r) + 2)
     state = (m + n) * r
     # Solvers keep several stages of the state (Tsit5: 7, plus momentum), and the
@@ -88,7 +88,7 @@ class CoreFamily:
             check_custom_loss(p["loss"], p["m"], p["n"], point["x64"])
 
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
-        return {store.RESULTS: runs * len(config_lib.save_times(point))}
+        return {store.RESULTS: runs * len(vocabulary.save_times(point))}
 
     def run_chunk(
         self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]

@@ -5,7 +5,7 @@ import math
 import pytest
 
 import rankflow
-from rankflow import cli
+from rankflow import cli, vocabulary
 from rankflow import config as C
 from rankflow.simulate import TRACE_COUNTS
 
@@ -290,7 +290,7 @@ def test_stochastic_dynamics_without_noise_still_run():
 def test_saved_config_holds_the_derived_values_whatever_the_sweep(sweep):
     cfg = C.resolve({"save": {"ts": [0.0, 4.0, 8.0]}, "sweep": sweep})
     assert cfg["problem"]["m"] == cfg["problem"]["n"] == 5
-    assert cfg["problem"]["singular_values"] == list(C.DIAGONAL_DEFAULT)
+    assert cfg["problem"]["singular_values"] == list(vocabulary.DIAGONAL_DEFAULT)
     assert cfg["solver"]["method"] == "tsit5" and cfg["solver"]["adaptive"] is True
     assert cfg["save"]["t1"] == 8.0
     # Resolving again and expanding give the same: the base is a fixed point.

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import cli
+from rankflow import cli, vocabulary
 from rankflow import config as C
 from rankflow.flows import gradient_flow_field
 from rankflow.observables import OBSERVABLES
@@ -245,7 +245,7 @@ def test_sims_examples_write_valid_tables(name, tmp_path, monkeypatch):
     out = tmp_path / name
     cfg = C.resolve(ROOT / "sims" / f"{name}.toml")
     # Shortened horizon: this checks the pipeline, the examples' physics is tested above.
-    t1 = 10 if cfg["dynamics"]["kind"] in C.DISCRETE_DYNAMICS else 10.0
+    t1 = 10 if cfg["dynamics"]["kind"] in vocabulary.DISCRETE_DYNAMICS else 10.0
     assert (
         cli.main(
             [

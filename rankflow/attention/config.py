@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema as schema_lib
-from ..config import ADAPTIVE_METHODS, MAX_STEPS
 from ..points import Points
 from ..schema import (
     BOOL,
@@ -41,6 +40,7 @@ from ..schema import (
     gt,
     suggest,
 )
+from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS
 
 __all__ = [
     "ALIASES",

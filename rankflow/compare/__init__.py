@@ -1,6 +1,6 @@
 """``rankflow compare``: a discrete optimizer next to the flow it discretises.
 
-A config names a discrete optimizer (``dynamics.kind`` in ``config.FLOW_OF``: gd,
+A config names a discrete optimizer (``dynamics.kind`` in ``vocabulary.FLOW_OF``: gd,
 sgd_gaussian, momentum, momentum_coupled) with its problem, init and hyperparameters.
 :func:`compare` runs the optimizer and its flow (``FLOW_OF[kind]``) on the same problem,
 start and hyperparameters (same seed ⇒ same data and start) through

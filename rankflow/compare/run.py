@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config as config_lib
+from .. import vocabulary
 from ..config import ConfigError
 from ..simulate import PARAM_KEYS, Program, params_of, program_for
 from ..writer import check_out, claimed
@@ -41,13 +42,13 @@ def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
     """``cfg`` with its flow in place of the optimizer; solver keys the user did not set
     take the flow's defaults (fixed-step ShARK with dt = 0.1 for the stochastic flow)."""
     flow = copy.deepcopy(cfg)
-    kind = config_lib.FLOW_OF[cfg["dynamics"]["kind"]]
+    kind = vocabulary.FLOW_OF[cfg["dynamics"]["kind"]]
     flow["dynamics"]["kind"] = kind
     solver = flow["solver"]
     for key in ("method", "adaptive"):
         if key not in solver_set:
             solver[key] = None
-    if kind in config_lib.SDE_DYNAMICS:
+    if kind in vocabulary.SDE_DYNAMICS:
         if "method" not in solver_set:
             solver["method"] = "shark"
         if "dt" not in solver_set:
@@ -66,10 +67,10 @@ def _resolve(
     solver_set |= {k.split(".", 1)[1] for k in rest if k.startswith("solver.")}
     cfg = config_lib.resolve(raw, rest)
     kind = cfg["dynamics"]["kind"]
-    if kind not in config_lib.FLOW_OF:
+    if kind not in vocabulary.FLOW_OF:
         raise ConfigError(
             f"dynamics.kind: compare needs a discrete optimizer with a flow counterpart, "
-            f"one of {', '.join(config_lib.FLOW_OF)}; got {kind!r}"
+            f"one of {', '.join(vocabulary.FLOW_OF)}; got {kind!r}"
         )
     if cfg["sweep"]:
         raise ConfigError(
@@ -99,7 +100,7 @@ def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
     """What a comparison of ``cfg`` runs: paths of sgd_gaussian, or η/2^j for the order."""
     kind, d = cfg["dynamics"]["kind"], cfg["dynamics"]
     stochastic = kind == "sgd_gaussian"
-    ts = [int(round(t)) for t in config_lib.save_times(cfg)]
+    ts = [int(round(t)) for t in vocabulary.save_times(cfg)]
     order_t1 = options.order_t1 if options.order_t1 is not None else int(round(ts[-1]))
     horizons = [] if stochastic else [order_t1 * 2**j for j in range(options.halvings + 1)]
     window = []
@@ -109,7 +110,7 @@ def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
         runs = [{"path": p} for p in range(d["paths"])]
     else:
         # Run j has η/2^j (and μ/2^j for momentum): the flow's path in ηt is unchanged.
-        scale_mu = kind in config_lib.MOMENTUM_DYNAMICS
+        scale_mu = kind in vocabulary.MOMENTUM_DYNAMICS
         runs = [
             {
                 "dynamics.eta": d["eta"] / 2**j,
@@ -210,7 +211,7 @@ def compare(
 
     Args:
       config: a TOML path or nested dict naming a discrete optimizer with a flow
-        counterpart (``dynamics.kind`` in ``config.FLOW_OF``), without a ``[sweep]``;
+        counterpart (``dynamics.kind`` in ``vocabulary.FLOW_OF``), without a ``[sweep]``;
         an optional ``[compare]`` table sets :data:`OPTIONS`.
       out: a directory to write the tables (``NAME.parquet``, ``NAME.csv``),
         ``summary.md`` and ``config.json`` into.

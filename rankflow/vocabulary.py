@@ -1,0 +1,145 @@
+"""The core family's vocabulary: the kinds of problem, initialisation and dynamics, the
+solvers and noise models each dynamics takes, and the values a point derives from its
+given ones (pure functions; :mod:`rankflow.config` validates and writes them in)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# --- the vocabulary -------------------------------------------------------------------
+
+PROBLEM_KINDS = ("diagonal", "sensing", "completion", "regression", "custom")
+INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
+# The dynamics of THEORY.md: continuous flows (diffrax) and discrete optimizers (optax).
+CONTINUOUS_DYNAMICS = (
+    "gradient_flow",
+    "stochastic_flow",
+    "momentum_flow",
+    "momentum_flow_coupled",
+    "stochastic_momentum_flow",
+)
+DISCRETE_DYNAMICS = (
+    "gd",
+    "sgd",
+    "sgd_gaussian",
+    "momentum",
+    "momentum_coupled",
+    "adamw",
+    "adam_l2",
+)
+DYNAMICS_KINDS = CONTINUOUS_DYNAMICS + DISCRETE_DYNAMICS
+SDE_DYNAMICS = ("stochastic_flow", "stochastic_momentum_flow")
+# Dynamics whose noise is the Gaussian σ of THEORY.md (sgd's comes from minibatches).
+SIGMA_DYNAMICS = SDE_DYNAMICS + ("sgd_gaussian",)
+STOCHASTIC_DYNAMICS = SIGMA_DYNAMICS + ("sgd",)
+# How the noise of stochastic dynamics enters (THEORY.md T6, T9, T10): on the factors
+# (σ dW on A and B), on the gradient of W (σ dΞ, reaching the factors as dΞ B and
+# dΞᵀA), or as a minibatch gradient's own covariance (the stochastic modified
+# equation of sgd).
+NOISE_MODELS = ("parameter", "gradient", "minibatch")
+# The noise models each stochastic dynamics can run (the first is its default).
+NOISE_MODELS_OF = {
+    "stochastic_flow": NOISE_MODELS,
+    "stochastic_momentum_flow": NOISE_MODELS,
+    "sgd_gaussian": ("parameter", "gradient"),
+    "sgd": ("minibatch",),
+}
+# Multiplicative noise (gradient, minibatch): only Euler–Maruyama converges to the Itô
+# solution among the SDE solvers here (Heun and the midpoint rule converge to the
+# Stratonovich one; SEA, ShARK and SRA1 assume additive noise).
+ITO_METHODS = ("euler",)
+MOMENTUM_DYNAMICS = (
+    "momentum_flow",
+    "momentum_flow_coupled",
+    "stochastic_momentum_flow",
+    "momentum",
+    "momentum_coupled",
+)
+# The flow each optimizer discretises (dt = 1), for `rankflow compare`.
+FLOW_OF = {
+    "gd": "gradient_flow",
+    "sgd_gaussian": "stochastic_flow",
+    "momentum": "momentum_flow",
+    "momentum_coupled": "momentum_flow_coupled",
+}
+ADAPTIVE_METHODS = ("tsit5", "dopri5", "dopri8", "bosh3")
+FIXED_METHODS = ("euler", "heun", "midpoint", "ralston", "rk4")
+ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
+# Solvers for the additive-noise SDEs: Euler–Maruyama, Heun, and the stochastic
+# Runge–Kutta methods that use space-time Lévy area (SEA: strong order 1; ShARK, SRA1:
+# strong order 1.5 for additive noise). ShARK, SRA1 and Heun can also step adaptively.
+SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
+SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
+METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
+
+DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
+# Steps of discrete dynamics are counted in int32 by the compiled loop.
+MAX_STEPS = 2**31 - 1
+
+
+# --- derived values ----------------------------------------------------------------------
+# Each is a pure function of a point's given values; `validate` checks what they give and
+# `derive` writes them in.
+
+
+def singular_values(problem: Mapping[str, Any]) -> list[float] | None:
+    """The problem's singular values: given, or diagonal's default (None: the target's
+    default, drawn with the problem)."""
+    sv = problem["singular_values"]
+    if sv is None and problem["kind"] == "diagonal":
+        return list(DIAGONAL_DEFAULT)
+    return sv
+
+
+def noise_model(dynamics: Mapping[str, Any]) -> str | None:
+    """The noise model of stochastic dynamics: given, or the kind's default (parameter;
+    minibatch for sgd); None for deterministic dynamics."""
+    if dynamics["kind"] not in NOISE_MODELS_OF:
+        return None
+    return dynamics["noise"] or NOISE_MODELS_OF[dynamics["kind"]][0]
+
+
+def multiplicative_noise(dynamics: Mapping[str, Any]) -> bool:
+    """Whether an SDE's noise depends on the state (gradient and minibatch noise), so
+    that Itô and Stratonovich solutions differ and only ITO_METHODS apply."""
+    return dynamics["kind"] in SDE_DYNAMICS and noise_model(dynamics) != "parameter"
+
+
+def solver_method(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> str | None:
+    """The solver of continuous dynamics: given, or shark for additive-noise SDEs,
+    Euler–Maruyama for multiplicative ones and tsit5 for ODEs (None for discrete
+    dynamics)."""
+    if dynamics["kind"] not in CONTINUOUS_DYNAMICS:
+        return solver["method"]
+    if solver["method"] is not None:
+        return solver["method"]
+    if multiplicative_noise(dynamics):
+        return "euler"
+    return "shark" if dynamics["kind"] in SDE_DYNAMICS else "tsit5"
+
+
+def adaptive_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The solvers that can step adaptively for these (continuous) dynamics."""
+    return SDE_ADAPTIVE_METHODS if dynamics["kind"] in SDE_DYNAMICS else ADAPTIVE_METHODS
+
+
+def solver_adaptive(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> bool:
+    """Whether the solve steps adaptively: given, or by default for the embedded ODE
+    methods (tsit5, dopri5, dopri8, bosh3); never for discrete dynamics by default."""
+    if solver["adaptive"] is not None:
+        return solver["adaptive"]
+    if dynamics["kind"] not in CONTINUOUS_DYNAMICS:
+        return False
+    sde = dynamics["kind"] in SDE_DYNAMICS
+    return solver_method(dynamics, solver) in adaptive_methods(dynamics) and not sde
+
+
+def save_times(cfg: Mapping[str, Any]) -> list[float]:
+    """The save times of a config, in steps: ``save.ts``, or ``save.num`` evenly spaced
+    from 0 to ``save.t1``."""
+    sv = cfg["save"]
+    if sv["ts"] is not None:
+        return [float(t) for t in sv["ts"]]
+    t1, num = sv["t1"], sv["num"]
+    return [t1 * i / (num - 1) for i in range(num)]
