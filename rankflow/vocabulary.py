@@ -56,10 +56,12 @@ MOMENTUM_DYNAMICS = (
     "momentum",
     "momentum_coupled",
 )
-# The flow each optimizer discretises (dt = 1), for `rankflow compare`.
+# The flow each optimizer discretises (dt = 1), for `rankflow compare`; sgd's is its
+# stochastic modified equation (stochastic_flow with noise = minibatch, THEORY.md T10).
 FLOW_OF = {
     "gd": "gradient_flow",
     "sgd_gaussian": "stochastic_flow",
+    "sgd": "stochastic_flow",
     "momentum": "momentum_flow",
     "momentum_coupled": "momentum_flow_coupled",
 }

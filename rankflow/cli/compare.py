@@ -32,9 +32,10 @@ def add_parser(sub) -> None:
         "compare",
         cmd_compare,
         help="run a discrete optimizer and its flow side by side: trajectory distance, "
-        "per-step contraction (T5), order in η (T8), SGF mean against T6",
-        description="Run CONFIG.toml's optimizer (dynamics.kind: gd, sgd_gaussian, momentum "
-        "or momentum_coupled) and the flow it discretises on the same problem, start and "
+        "per-step contraction (T5), order in η (T8), SGF mean against T6, SGD against "
+        "its SME with the weak order (T10)",
+        description="Run CONFIG.toml's optimizer (dynamics.kind: gd, sgd_gaussian, sgd, "
+        "momentum or momentum_coupled) and the flow it discretises on the same problem, start and "
         "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR.",
         epilog=options_help(),
     )

@@ -1,7 +1,7 @@
 """``rankflow compare``: a discrete optimizer next to the flow it discretises.
 
 A config names a discrete optimizer (``dynamics.kind`` in ``vocabulary.FLOW_OF``: gd,
-sgd_gaussian, momentum, momentum_coupled) with its problem, init and hyperparameters.
+sgd_gaussian, sgd, momentum, momentum_coupled) with its problem, init and hyperparameters.
 :func:`compare` runs the optimizer and its flow (``FLOW_OF[kind]``) on the same problem,
 start and hyperparameters (same seed ⇒ same data and start) through
 ``simulate.program_for(point, save="states")``, and measures, with time t in optimizer
@@ -19,12 +19,24 @@ steps (step k against the flow at t = k):
    ηt (steps doubled at each halving; for momentum μ is halved with η, which keeps the
    flow's path in ηt fixed); the distance at the horizon and the fitted order
    (``theory.convergence_order``, T8: expect 1).
-4. ``sde`` (sgd_gaussian): mean, std, 10–90% quantiles and Monte Carlo standard error
-   of ``balance_trace`` = tr D over ``dynamics.paths`` paths for the optimizer and the
-   stochastic flow, next to the closed form of T6 (``theory.sgf_mean_balance_trace``).
+4. ``sde`` (sgd_gaussian with parameter noise): mean, std, 10–90% quantiles and Monte
+   Carlo standard error of ``balance_trace`` = tr D over ``dynamics.paths`` paths for
+   the optimizer and the stochastic flow, next to the closed form of T6
+   (``theory.sgf_mean_balance_trace``).
+5. SGD against its stochastic modified equation (:mod:`.sme`; THEORY.md T9, T10): sgd
+   against ``stochastic_flow`` with ``noise = "minibatch"`` (same ``batch``), and
+   sgd_gaussian with ``noise = "gradient"`` against ``stochastic_flow`` with
+   ``noise = "gradient"``. ``moments``: mean, std, SE and 10–90% quantiles over paths of
+   ``loss``, ``balance_trace`` and ``balance_gap`` at the save times; ``weak``: for η,
+   η/2, …, η/2^h at a horizon fixed in ηt (steps doubled at each halving, as for
+   ``order``), the difference of the means, its Monte Carlo SE and the fitted weak
+   order (:func:`weak_order`; Li, Tai & E: expect 1).
 
 The flow is solved as the config's ``[solver]`` says; unset, ODE flows use adaptive
-tsit5 and the stochastic flow fixed-step ShARK with dt = 0.1.
+tsit5, the stochastic flow fixed dt = 0.1 with ShARK (parameter noise) or
+Euler–Maruyama, the one Itô solver here (gradient and minibatch noise: multiplicative).
+The SME's own discretisation error, O(η·dt) at fixed ηt, is part of what ``weak``
+measures; it is first order in η as well, so it moves the constant, not the order.
 
 Options of the comparison itself are the keys of :data:`OPTIONS`, given as
 ``--set compare.KEY=VALUE``, ``overrides={"compare.KEY": value}``, or a ``[compare]``
@@ -35,15 +47,17 @@ and ``config.json``; figures are the caller's (``rankflow compare`` passes
 
 Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.run` (the two configs, their
 runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their columns),
+:mod:`.sme` (the SME tables and :func:`weak_order`),
 :mod:`.summary` (``summary.md``).
 """
 
 from .options import OPTIONS as OPTIONS
 from .options import Options as Options
 from .run import compare as compare
+from .sme import weak_order as weak_order
 from .run import write as write
 from .summary import summary as summary
 from .tables import COLUMNS as COLUMNS
 from .tables import SETTING as SETTING
 
-__all__ = ["COLUMNS", "OPTIONS", "compare", "write"]
+__all__ = ["COLUMNS", "OPTIONS", "compare", "weak_order", "write"]

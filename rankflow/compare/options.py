@@ -26,14 +26,16 @@ OPTIONS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "paths": (
         (int,),
         lambda v: v >= 2,
-        "Monte Carlo paths of sgd_gaussian and its flow when dynamics.paths = 1 (≥ 2)",
+        "Monte Carlo paths of sgd / sgd_gaussian and its flow when dynamics.paths = 1 "
+        "(per η for the weak order; ≥ 2)",
     ),
     "window_start": ((int,), lambda v: v >= 0, "gd: first step of the contraction window"),
     "window": ((int,), lambda v: v >= 1, "gd: steps in the contraction window (≥ 1)"),
     "halvings": (
         (int,),
         lambda v: v >= 1,
-        "deterministic pairs: η is halved this many times for the order (≥ 1)",
+        "deterministic pairs and SME pairs (sgd; sgd_gaussian with noise = gradient): "
+        "η is halved this many times for the (weak) order (≥ 1)",
     ),
     "order_t1": (
         (int,),

@@ -20,6 +20,7 @@ from ..config import ConfigError
 from ..simulate import PARAM_KEYS, Program, params_of, program_for
 from ..writer import check_out, claimed
 from .options import Options, split_options
+from .sme import moments_table, side_observables, weak_table
 from .summary import summary
 from .tables import (
     contraction_table,
@@ -30,7 +31,7 @@ from .tables import (
     trajectory_table,
 )
 
-__all__ = ["compare", "flow_config", "write"]
+__all__ = ["compare", "flow_config", "sme_pair", "write"]
 
 Figures = Callable[[Mapping[str, pd.DataFrame], Path], Any]
 
@@ -38,9 +39,21 @@ Figures = Callable[[Mapping[str, pd.DataFrame], Path], Any]
 # --- the two configs --------------------------------------------------------------------
 
 
+def sme_pair(cfg: Mapping[str, Any]) -> bool:
+    """Whether the resolved optimizer config ``cfg`` is compared with its stochastic
+    modified equation (``moments`` and ``weak`` tables): sgd (minibatch noise) and
+    sgd_gaussian with ``noise = "gradient"``; sgd_gaussian with parameter noise keeps
+    the T6 comparison (``sde`` table)."""
+    d = cfg["dynamics"]
+    return d["kind"] == "sgd" or (d["kind"] == "sgd_gaussian" and d["noise"] == "gradient")
+
+
+
 def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
-    """``cfg`` with its flow in place of the optimizer; solver keys the user did not set
-    take the flow's defaults (fixed-step ShARK with dt = 0.1 for the stochastic flow)."""
+    """``cfg`` with its flow in place of the optimizer (the same ``dynamics.noise``);
+    solver keys the user did not set take the flow's defaults: fixed dt = 0.1 for the
+    stochastic flow, by ShARK for parameter noise and by Euler–Maruyama, the one Itô
+    solver (``vocabulary.ITO_METHODS``), for gradient and minibatch noise."""
     flow = copy.deepcopy(cfg)
     kind = vocabulary.FLOW_OF[cfg["dynamics"]["kind"]]
     flow["dynamics"]["kind"] = kind
@@ -50,7 +63,8 @@ def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
             solver[key] = None
     if kind in vocabulary.SDE_DYNAMICS:
         if "method" not in solver_set:
-            solver["method"] = "shark"
+            multiplicative = vocabulary.multiplicative_noise(flow["dynamics"])
+            solver["method"] = vocabulary.ITO_METHODS[0] if multiplicative else "shark"
         if "dt" not in solver_set:
             solver["dt"] = 0.1
     return config_lib.resolve(flow)
@@ -60,7 +74,7 @@ def _resolve(
     config: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], dict[str, Any], Options]:
     """The optimizer's resolved config, its flow's (:func:`flow_config`) and the compare
-    options; sgd_gaussian with one path gets ``options.paths``."""
+    options; sgd and sgd_gaussian with one path get ``options.paths``."""
     raw = config_lib.load_config(config)
     options, rest = split_options(raw, overrides)
     solver_set = set((raw.get("solver") or {}).keys())
@@ -77,7 +91,7 @@ def _resolve(
             f"sweep: compare runs one point, not a sweep (over {', '.join(cfg['sweep'])}); "
             "remove [sweep] or use --set KEY=VALUE"
         )
-    if kind == "sgd_gaussian" and cfg["dynamics"]["paths"] == 1:
+    if kind in ("sgd_gaussian", "sgd") and cfg["dynamics"]["paths"] == 1:
         cfg["dynamics"]["paths"] = options.paths
     return cfg, flow_config(cfg, solver_set), options
 
@@ -91,22 +105,33 @@ class _Plan:
 
     ts: list[int]  # the config's save times
     order_t1: int
-    horizons: list[int]  # order: the horizon of run j (deterministic pairs)
+    horizons: list[int]  # order / weak: the horizon of η/2^j (not for sgd_gaussian's T6)
     window: list[int]  # contraction: the steps of the window (gd)
     runs: list[dict[str, Any]]  # changes to the point's parameters, one per run
+    paths: int  # stochastic pairs: paths per learning rate (the first at the config's η)
 
 
 def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
-    """What a comparison of ``cfg`` runs: paths of sgd_gaussian, or η/2^j for the order."""
+    """What a comparison of ``cfg`` runs: paths of sgd_gaussian (T6), η/2^j for the
+    order, or the paths of each η/2^j for the weak order of an SME pair."""
     kind, d = cfg["dynamics"]["kind"], cfg["dynamics"]
-    stochastic = kind == "sgd_gaussian"
+    sme = sme_pair(cfg)
+    stochastic = kind in ("sgd_gaussian", "sgd") and not sme
     ts = [int(round(t)) for t in vocabulary.save_times(cfg)]
     order_t1 = options.order_t1 if options.order_t1 is not None else int(round(ts[-1]))
     horizons = [] if stochastic else [order_t1 * 2**j for j in range(options.halvings + 1)]
     window = []
     if kind == "gd":
         window = list(range(options.window_start, options.window_start + options.window + 1))
-    if stochastic:
+    paths = d["paths"] if kind in ("sgd_gaussian", "sgd") else 1
+    if sme:
+        # The same path indices at each η/2^j: one program, P paths per learning rate.
+        runs = [
+            {"dynamics.eta": d["eta"] / 2**j, "path": p}
+            for j in range(options.halvings + 1)
+            for p in range(paths)
+        ]
+    elif stochastic:
         runs = [{"path": p} for p in range(d["paths"])]
     else:
         # Run j has η/2^j (and μ/2^j for momentum): the flow's path in ηt is unchanged.
@@ -118,7 +143,7 @@ def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
             }
             for j in range(options.halvings + 1)
         ]
-    return _Plan(ts, order_t1, horizons, window, runs)
+    return _Plan(ts, order_t1, horizons, window, runs, paths)
 
 
 def _with_saves(cfg: Mapping[str, Any], ts: list[int]) -> dict[str, Any]:
@@ -174,23 +199,39 @@ def _tables(
     cfg: dict[str, Any], flow_cfg: dict[str, Any], plan: _Plan, opt: _Side, flow: _Side
 ) -> dict[str, pd.DataFrame]:
     """The tables of a comparison: trajectory always, contraction for gd, order for
-    deterministic pairs, sde for sgd_gaussian."""
+    deterministic pairs, sde for sgd_gaussian with parameter noise, moments and weak
+    for SME pairs (:func:`sme_pair`)."""
     m, n = opt.program.problem.shape
     setting = setting_of(cfg, flow_cfg, m, n)
     kind, ts, horizons = cfg["dynamics"]["kind"], plan.ts, plan.horizons
-    stochastic = kind == "sgd_gaussian"
+    sme = sme_pair(cfg)
+    stochastic = kind in ("sgd_gaussian", "sgd")
     i_opt, i_flow = save_index(opt.program, ts), save_index(flow.program, ts)
+    # SME pairs: the trajectory is that of the paths at the config's η (the first P).
+    first = slice(0, plan.paths)
+    opt_states = {k: v[first] for k, v in opt.states.items()} if sme else opt.states
+    flow_states = {k: v[first] for k, v in flow.states.items()} if sme else flow.states
     tables = {
         "trajectory": trajectory_table(
-            setting, ts, opt.states, flow.states, i_opt, i_flow, stochastic
+            setting, ts, opt_states, flow_states, i_opt, i_flow, stochastic
         )
     }
     if kind == "gd":
         tables["contraction"] = contraction_table(
             setting, opt.program, opt.point, opt.states, plan.window
         )
-    if not stochastic:
+    if horizons:
         h_opt, h_flow = save_index(opt.program, horizons), save_index(flow.program, horizons)
+    if sme:
+        opt_obs = side_observables(opt.program, opt.point, opt.states)
+        flow_obs = side_observables(flow.program, flow.point, flow.states)
+        first_obs = [{k: v[first] for k, v in obs.items()} for obs in (opt_obs, flow_obs)]
+        tables["moments"] = moments_table(setting, ts, *first_obs, i_opt, i_flow)
+        etas = [r["dynamics.eta"] for r in plan.runs[:: plan.paths]]
+        tables["weak"] = weak_table(
+            setting, etas, horizons, plan.paths, opt_obs, flow_obs, h_opt, h_flow
+        )
+    elif not stochastic:
         tables["order"] = order_table(
             setting, plan.runs, horizons, opt.states, flow.states, h_opt, h_flow
         )
@@ -222,7 +263,9 @@ def compare(
 
     Returns:
       ``{"trajectory", "contraction" (gd), "order" (deterministic pairs), "sde"
-      (sgd_gaussian)}`` → DataFrames with the columns of :data:`COLUMNS`.
+      (sgd_gaussian with parameter noise), "moments" and "weak" (SME pairs: sgd, and
+      sgd_gaussian with noise = gradient)}`` → DataFrames with the columns of
+      :data:`COLUMNS`.
 
     Raises:
       ConfigError: on an invalid config or option, or a dynamics without a flow.

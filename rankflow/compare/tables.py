@@ -1,6 +1,7 @@
 """The tables of a comparison (columns in :data:`COLUMNS`), from the saved states of the
 optimizer's and the flow's runs: ``trajectory`` (T8), ``contraction`` (gd, T5),
-``order`` (deterministic pairs, T8) and ``sde`` (sgd_gaussian, T6)."""
+``order`` (deterministic pairs, T8) and ``sde`` (sgd_gaussian with parameter noise, T6);
+the columns of the SME tables ``moments`` and ``weak`` (built in :mod:`.sme`) too."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from ..simulate import STATUS, Program, params_of
 
 __all__ = [
     "COLUMNS",
+    "NOISE_SETTING",
     "SETTING",
     "contraction_table",
+    "frame",
     "order_table",
     "save_index",
     "sde_table",
@@ -45,6 +48,9 @@ SETTING = (
     "dynamics.sigma",
     "dynamics.mu",
 )
+
+# The noise model of the SME tables' pairs (only those tables carry it).
+NOISE_SETTING = ("dynamics.noise", "dynamics.batch", "problem.samples")
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     # One row per save time of the config (t in steps).
@@ -100,6 +106,41 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "theory",  # T6: E[tr D(t)] of the stochastic flow
         "z",  # (mean − theory)/se
     ),
+    # SGD against its SME (sgd; sgd_gaussian with noise = gradient): one row per save
+    # time, role and observable, over the paths at the config's η.
+    "moments": SETTING
+    + NOISE_SETTING
+    + (
+        "t",
+        "role",  # "optimizer" (dynamics.kind) or "flow" (flow.kind)
+        "observable",  # loss, balance_trace (tr D) or balance_gap (‖D‖_F)
+        "paths",  # finite paths at t
+        "mean",  # mean over paths
+        "std",  # std over paths (ddof 1)
+        "se",  # Monte Carlo standard error of the mean, std/√paths
+        "q10",
+        "q90",
+    ),
+    # SGD against its SME: one row per observable and learning rate (dynamics.eta
+    # varies here), at a horizon fixed in ηt.
+    "weak": SETTING
+    + NOISE_SETTING
+    + (
+        "observable",
+        "steps",  # horizon in steps, order_t1 · 2^j
+        "horizon",  # η · steps, the same for every row
+        "optimizer.paths",  # finite paths at the horizon
+        "optimizer.mean",  # mean over paths
+        "optimizer.se",  # its Monte Carlo standard error
+        "flow.paths",
+        "flow.mean",
+        "flow.se",
+        "error",  # optimizer.mean − flow.mean: the weak error
+        "error_se",  # √(optimizer.se² + flow.se²)
+        "z",  # error / error_se
+        "order",  # fitted weak order p of |error| ≈ C ηᵖ (sme.weak_order; all rows)
+        "order_stderr",
+    ),
 }
 
 # The runs of each side are dicts of float64 ``A``, ``B`` ``(runs, saves, ·, ·)``, ``A_raw``,
@@ -151,10 +192,15 @@ def setting_of(opt: Mapping[str, Any], flow: Mapping[str, Any], m: int, n: int) 
         "dynamics.lam": float(d["lam"]),
         "dynamics.sigma": float(d["sigma"]),
         "dynamics.mu": float(d["mu"]),
+        "dynamics.noise": d["noise"],
+        "dynamics.batch": int(d["batch"]),
+        "problem.samples": opt["problem"]["samples"],
     }
 
 
-def _frame(name: str, setting: dict, cols: dict[str, Any]) -> pd.DataFrame:
+def frame(name: str, setting: dict, cols: dict[str, Any]) -> pd.DataFrame:
+    """The table ``name``: the ``setting`` repeated on every row beside ``cols`` (equal
+    lengths; a key of both takes ``cols``'), in the order of ``COLUMNS[name]``."""
     n = len(next(iter(cols.values())))
     df = pd.DataFrame({**{k: [v] * n for k, v in setting.items()}, **cols})
     return df[list(COLUMNS[name])]
@@ -180,7 +226,7 @@ def trajectory_table(setting, ts, opt, flow, i_opt, i_flow, stochastic) -> pd.Da
         dist, norm = _theta_distance(A1[0], B1[0], A2[0], B2[0])
         floor = np.full(len(ts), np.nan)
         measure = "paths"
-    return _frame(
+    return frame(
         "trajectory",
         setting,
         {
@@ -220,7 +266,7 @@ def contraction_table(setting, program, point, opt, steps) -> pd.DataFrame:
     ratio = gap[1:] / gap[:-1]
     t5_ratio = _frob(D_t5) / gap[:-1]
     n = len(ratio)
-    return _frame(
+    return frame(
         "contraction",
         setting,
         {
@@ -250,7 +296,7 @@ def order_table(setting, runs, horizons, opt, flow, i_opt, i_flow) -> pd.DataFra
         p, se = theory.convergence_order(etas, dist)
     except ValueError:  # fewer than two usable points (diverged, or zero distance)
         p, se = math.nan, math.nan
-    df = _frame(
+    df = frame(
         "order",
         setting,
         {
@@ -297,7 +343,7 @@ def sde_table(setting, ts, opt, flow, i_opt, i_flow, point, m, n) -> pd.DataFram
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(spread & (se > 0), (mean - t6) / se, np.nan)
         frames.append(
-            _frame(
+            frame(
                 "sde",
                 setting,
                 {

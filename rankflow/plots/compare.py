@@ -13,7 +13,9 @@ from .common import axis_label, finish_figure, mask_log, save_figure
 
 __all__ = [
     "compare_contraction_figure",
+    "compare_moments_figure",
     "compare_order_figure",
+    "compare_weak_figure",
     "compare_sde_figure",
     "compare_trajectory_figure",
     "write_compare_figures",
@@ -22,6 +24,7 @@ __all__ = [
 _DYNAMICS_NAMES = {
     "gd": "GD",
     "sgd_gaussian": "SGD, Gaussian noise",
+    "sgd": "SGD, minibatches",
     "momentum": "momentum (decoupled decay)",
     "momentum_coupled": "momentum (L2 in the loss)",
     "gradient_flow": "gradient flow",
@@ -45,6 +48,10 @@ def _compare_setting(df: pd.DataFrame, eta: bool = True) -> str:
     hyper = ([f"η = {s['dynamics.eta']:g}"] if eta else []) + [f"λ = {s['dynamics.lam']:g}"]
     if s["dynamics.kind"] == "sgd_gaussian":
         hyper.append(f"σ = {s['dynamics.sigma']:g}")
+    if "dynamics.noise" in s.index and s["dynamics.noise"] in ("gradient", "minibatch"):
+        hyper.append(f"noise {s['dynamics.noise']}")
+        if s["dynamics.noise"] == "minibatch":
+            hyper.append(f"batch {s['dynamics.batch']} of {s['problem.samples']}")
     if "momentum" in s["dynamics.kind"] and eta:
         hyper.append(f"μ = {s['dynamics.mu']:g}")
     problem = f"{s['problem.kind']} {s['problem.m']}×{s['problem.n']}, r = {s['model.r']}"
@@ -305,12 +312,89 @@ def compare_sde_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> 
     return finish_figure(fig, (ax_a, ax_b, ax_c), title, out_path)
 
 
+def compare_moments_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
+    """The ``moments`` table of ``rankflow.compare`` (SGD against its SME), one panel per
+    observable against t: the mean over paths of the optimizer and the flow with its
+    10–90% band and ±2 SE error bars."""
+    df = df.reset_index(drop=True)
+    s = df.iloc[0]
+    names = list(dict.fromkeys(df["observable"]))
+    fig = Figure(figsize=(5.6 * len(names), 5.0), layout="constrained")
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names):
+        for role, color, marker in (("optimizer", "C0", "o"), ("flow", "C1", "s")):
+            part = df[(df["role"] == role) & (df["observable"] == name)]
+            kind = s["dynamics.kind"] if role == "optimizer" else s["flow.kind"]
+            label = f"{_dyn_name(kind)} ({int(part['paths'].max())} paths)"
+            t = part["t"].to_numpy(float)
+            ax.errorbar(
+                t, part["mean"], yerr=2 * part["se"], fmt="-", marker=marker, ms=3,
+                color=color, capsize=2, label=f"{label}: mean ± 2 SE",
+            )  # fmt: skip
+            ax.fill_between(t, part["q10"], part["q90"], color=color, alpha=0.12, lw=0)
+        ax.set(xlabel=axis_label("t"), ylabel=axis_label(name))
+        ax.set_title(f"{name}: mean over paths, 10–90% band", fontsize="medium")
+        ax.legend(fontsize="small")
+    title = "SGD against its stochastic modified equation: " + _compare_setting(df)
+    return finish_figure(fig, tuple(axes), title, out_path)
+
+
+def compare_weak_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
+    """The ``weak`` table of ``rankflow.compare``: |mean of SGD − mean of its SME| at a
+    fixed horizon ηt against η, log–log, with ±2 SE error bars, the fitted weak order
+    (``order`` ± ``order_stderr``) as a line, and a slope-1 guide (dashed)."""
+    df = df.reset_index(drop=True)
+    s = df.iloc[0]
+    names = list(dict.fromkeys(df["observable"]))
+    fig = Figure(figsize=(6.8, 5.4), layout="constrained")
+    ax = fig.add_subplot()
+    for i, name in enumerate(names):
+        part = df[df["observable"] == name].sort_values("dynamics.eta")
+        eta = part["dynamics.eta"].to_numpy(float)
+        err = np.abs(part["error"].to_numpy(float))
+        se = part["error_se"].to_numpy(float)
+        p, dp = float(part["order"].iloc[0]), float(part["order_stderr"].iloc[0])
+        lower = np.minimum(2 * se, err * 0.999)  # a log axis cannot draw below 0
+        ax.errorbar(
+            eta, mask_log(err, True), yerr=[lower, 2 * se], fmt="o", ms=5,
+            color=f"C{i}", capsize=3, label=f"{name}: order {p:.2f} ± {dp:.2f}",
+        )  # fmt: skip
+        ok = err > 0
+        if np.isfinite(p) and ok.any():
+            # The fitted line through the weighted centre of the points.
+            w = (err[ok] / se[ok]) ** 2
+            x0 = np.sum(w * np.log(eta[ok])) / np.sum(w)
+            y0 = np.sum(w * np.log(err[ok])) / np.sum(w)
+            ax.plot(eta, np.exp(y0 + p * (np.log(eta) - x0)), "-", color=f"C{i}", lw=1)
+            ax.plot(eta, np.exp(y0 + np.log(eta) - x0), "--", color="0.5", lw=1)
+    ax.plot([], [], "--", color="0.5", label="slope 1 (Li, Tai & E: weak order 1)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(
+        xlabel=r"learning rate $\eta$ (log scale)",
+        ylabel=r"|mean of SGD at step K − mean of SME at $t{=}K$| (± 2 SE)",
+    )
+    ax.set_title(
+        f"Weak error at a fixed horizon ηt = {s['horizon']:g} (SME: Euler–Maruyama, "
+        f"dt = {s['solver.dt']:g})",
+        fontsize="medium",
+    )
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle(_compare_setting(df, eta=False), fontsize="medium")
+    if out_path is not None:
+        save_figure(fig, out_path)
+    return fig
+
+
 # One figure per table of ``rankflow.compare.compare``, by table name.
 FIGURES = {
     "trajectory": compare_trajectory_figure,
     "contraction": compare_contraction_figure,
     "order": compare_order_figure,
     "sde": compare_sde_figure,
+    "moments": compare_moments_figure,
+    "weak": compare_weak_figure,
 }
 
 
