@@ -54,8 +54,8 @@ runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their c
 from .options import OPTIONS as OPTIONS
 from .options import Options as Options
 from .run import compare as compare
-from .sme import weak_order as weak_order
 from .run import write as write
+from .sme import weak_order as weak_order
 from .summary import summary as summary
 from .tables import COLUMNS as COLUMNS
 from .tables import SETTING as SETTING

@@ -48,7 +48,6 @@ def sme_pair(cfg: Mapping[str, Any]) -> bool:
     return d["kind"] == "sgd" or (d["kind"] == "sgd_gaussian" and d["noise"] == "gradient")
 
 
-
 def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
     """``cfg`` with its flow in place of the optimizer (the same ``dynamics.noise``);
     solver keys the user did not set take the flow's defaults: fixed dt = 0.1 for the

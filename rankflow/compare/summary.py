@@ -185,8 +185,7 @@ def _moments_section(mo: pd.DataFrame, s: pd.Series) -> list[str]:
     last = mo[mo["t"] == mo["t"].max()]
     lines = [
         "",
-        f"## Means and spreads over paths at t = {mo['t'].max():g} (η = "
-        f"{s['dynamics.eta']:g})",
+        f"## Means and spreads over paths at t = {mo['t'].max():g} (η = {s['dynamics.eta']:g})",
         "",
         "| observable | dynamics | paths | mean ± SE | std | 10–90% |",
         "|---|---|---|---|---|---|",
