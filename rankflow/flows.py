@@ -200,7 +200,7 @@ class FactorNoise(diffrax.ControlTerm):
             out = {"c": scale_fn(args), "A": A, "B": B}
             if model == "minibatch":
                 g = jax.jacrev(sample_losses)(A @ B.T, args[0])  # (N, m, n)
-                out["deltas"] = spread * (g - jnp.mean(g, axis=0))
+                out["deltas"] = spread * (g - jnp.mean(g, axis=0, keepdims=True))
             return out
 
         super().__init__(vf, control)
