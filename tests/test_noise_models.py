@@ -216,7 +216,10 @@ def test_T10_identity_at_m_ne_n_on_simulated_states():
             assert _rel(drift, w) > 1e-2, name
 
 
-@pytest.mark.parametrize("kind", ["sensing", "completion", "regression"])
+@pytest.mark.parametrize(
+    "kind",
+    ["sensing", pytest.param("completion", marks=pytest.mark.slow), "regression"],
+)
 def test_minibatch_vf_prod_is_the_materialised_product(kind):
     """FactorNoise's vector–Jacobian ``vf_prod`` equals ``prod(vf(y), dβ)`` built from
     the materialised per-sample deviations, for a random state and control, to 1e-12
