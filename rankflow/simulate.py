@@ -118,8 +118,7 @@ class Program:
         """The problem data of one run (``params``: one run's values, as from
         :func:`params_of`), exactly as the program draws them."""
         with jax.enable_x64(self.point["x64"]):
-            p = {k: jnp.asarray(params[k], self._param_dtype(k)) for k in PARAM_KEYS}
-            return self._make_data(p)
+            return self._make_data(self.typed(params))
 
     def _make_data(self, p):
         data_key = jax.random.fold_in(jax.random.PRNGKey(p["problem.seed"]), 0)
@@ -127,25 +126,37 @@ class Program:
 
     # -- the traced program --------------------------------------------------------------
 
-    def _single(self, p: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        TRACE_COUNTS[self.key] += 1
-        pt, problem, dtype = self.point, self.problem, self.dtype
+    def start(self, p: Mapping[str, jax.Array]):
+        """One run's ``(data, theta0, hyper, noise_key)`` from its traced values ``p``
+        (keys ``PARAM_KEYS``, as typed arrays): what the program starts from, so that
+        analyses (``rankflow.convergence``) can re-solve a run without copying its PRNG
+        layout."""
         base = jax.random.PRNGKey(p["seed"])
         init_key = jax.random.fold_in(base, 1)
         # Paths of one run share data and start, and differ in their noise only.
         noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
         data = self._make_data(p)
         theta0 = init_factors(
-            pt["init"]["kind"],
+            self.point["init"]["kind"],
             init_key,
-            problem,
+            self.problem,
             data,
-            pt["model"]["r"],
+            self.point["model"]["r"],
             p["init.scale"],
             p["init.imbalance"],
-            dtype,
+            self.dtype,
         )
         hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
+        return data, theta0, hyper, noise_key
+
+    def typed(self, params: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """One run's values (as from :func:`params_of`) as the typed arrays the program
+        traces (call under ``jax.enable_x64(point["x64"])``)."""
+        return {k: jnp.asarray(params[k], self._param_dtype(k)) for k in PARAM_KEYS}
+
+    def _single(self, p: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        TRACE_COUNTS[self.key] += 1
+        data, theta0, hyper, noise_key = self.start(p)
         if self.continuous:
             obs, reached, max_steps_hit = self._integrate(theta0, data, hyper, noise_key)
         else:

@@ -583,3 +583,120 @@ def test_a_callable_object_is_a_custom_loss(inputs):
 
     df = rankflow.run(_custom(Loss()))
     assert len(df) == 3 and (df["status"] == "ok").all()
+
+
+# --- noise models (issue #15): refused with one line before anything compiles -------------
+
+_SDE = ("dynamics.kind='stochastic_flow'",)
+_SENSING = ("problem.kind='sensing'", "problem.samples=20")
+_BATCH = "dynamics.batch=4"
+
+
+def _plain(*assignments):
+    return ["run", "plain.toml", "--out", "out", *_sets(*assignments)]
+
+
+NOISE_CASES = [
+    (
+        "minibatch noise on diagonal",
+        _run(*_sets(*_SDE, "dynamics.noise='minibatch'", "dynamics.sigma=0.0")),
+        "dynamics.noise: 'minibatch' noise is the covariance of minibatches of data; "
+        "problem.kind = 'diagonal' has none (use sensing, completion or regression",
+        2,
+    ),
+    (
+        "minibatch noise on custom",
+        ["run", "custom_good.toml", "--out", "out"]
+        + _sets(*_SDE, "dynamics.noise='minibatch'", "dynamics.sigma=0.0"),
+        "problem.kind = 'custom' has none (use sensing, completion or regression",
+        2,
+    ),
+    (
+        "batch larger than samples",
+        _plain(*_SENSING, *_SDE, "dynamics.noise='minibatch'", "dynamics.batch=30"),
+        "dynamics.batch: must be ≤ problem.samples = 20, got 30",
+        2,
+    ),
+    (
+        "batch zero",
+        _plain(*_SENSING, *_SDE, "dynamics.noise='minibatch'", "dynamics.batch=0"),
+        "dynamics.batch: must be ≥ 1, got 0",
+        2,
+    ),
+    (
+        "batch negative on sgd",
+        _plain(*_SENSING, "dynamics.kind='sgd'", "dynamics.batch=-3"),
+        "dynamics.batch: must be ≥ 1, got -3",
+        2,
+    ),
+    (
+        "sigma with minibatch noise",
+        _plain(*_SENSING, *_SDE, "dynamics.noise='minibatch'", "dynamics.sigma=0.1"),
+        "dynamics.sigma: must be 0 with noise = 'minibatch' (the noise's covariance is the "
+        "data's, set by dynamics.batch), got 0.1",
+        2,
+    ),
+    (
+        "adaptive steps with gradient noise",
+        _plain(*_SDE, "dynamics.noise='gradient'", "dynamics.sigma=0.1", "solver.adaptive=true"),
+        "solver.adaptive: must be false with noise = 'gradient'",
+        2,
+    ),
+    (
+        "noise model on gd",
+        _run(*_sets("dynamics.kind='gd'", "dynamics.noise='gradient'")),
+        "dynamics.noise: gd is deterministic and has no noise model; noise models need one of "
+        "stochastic_flow, stochastic_momentum_flow, sgd_gaussian, sgd",
+        2,
+    ),
+    (
+        "minibatch noise on sgd_gaussian",
+        _plain(*_SENSING, "dynamics.kind='sgd_gaussian'", "dynamics.noise='minibatch'"),
+        "dynamics.noise: sgd_gaussian takes parameter, gradient, got 'minibatch'",
+        2,
+    ),
+    (
+        "gradient noise on sgd",
+        _plain(*_SENSING, "dynamics.kind='sgd'", "dynamics.noise='gradient'"),
+        "dynamics.noise: sgd takes minibatch, got 'gradient'",
+        2,
+    ),
+]
+# Every solver that does not converge to the Itô solution, with each multiplicative noise.
+NOISE_CASES += [
+    (
+        f"{method} with {noise} noise",
+        _plain(
+            *_SENSING,
+            *_SDE,
+            f"dynamics.noise='{noise}'",
+            f"dynamics.sigma={0.1 if noise == 'gradient' else 0.0}",
+            f"solver.method='{method}'",
+            "solver.adaptive=false",
+            _BATCH,
+        ),
+        f"solver.method: noise = '{noise}' is multiplicative and '{method}' does not converge "
+        "to its Itô solution",
+        2,
+    )
+    for method in ("heun", "midpoint", "shark", "sea", "sra1")
+    for noise in ("gradient", "minibatch")
+]
+
+
+@pytest.mark.parametrize(
+    "argv, fragment, status", [c[1:] for c in NOISE_CASES], ids=[c[0] for c in NOISE_CASES]
+)
+def test_each_noise_model_mistake_is_one_line(inputs, capsys, argv, fragment, status):
+    """Issue #15's bad inputs: each names the field and the allowed values (a solver that
+    misses the Itô solution names the Itô ones), in one line, before anything compiles."""
+    before = dict(TRACE_COUNTS)
+    assert cli.main(argv) == status
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
+    assert fragment in err, err
+    if fragment.startswith("solver.method"):
+        assert err.endswith("; use one of euler\n"), err
+    assert "Traceback" not in out + err
+    assert not (inputs / "out").exists()
+    assert dict(TRACE_COUNTS) == before
