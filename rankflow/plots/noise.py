@@ -24,10 +24,10 @@ MODELS = {
     "sgd": ("real minibatch SGD", "k"),
 }
 WRONG = {
-    "z": ("T10 (without replacement)", "o"),
-    "z_b2": ("noise term × 1/b", "v"),
-    "z_no_b": ("noise term × b (no 1/b)", "^"),
-    "z_replace": ("with replacement", "x"),
+    "z": ("T10 (without replacement)", "o", "k"),
+    "z_b2": ("noise term × 1/b", "v", "C0"),
+    "z_no_b": ("noise term × b (no 1/b)", "^", "C1"),
+    "z_replace": ("with replacement", "x", "C3"),
 }
 
 
@@ -51,8 +51,9 @@ def _bands_panel(ax, bands: pd.DataFrame, lines: pd.DataFrame, sigma: float) -> 
     ax.set_yscale("log")
     ax.set_ylim(bottom=1e-6)
     ax.set(xlabel=LABELS["t"], ylabel=r"$\|A^\top A-B^\top B\|_F$ (mean, 10–90% band)")
-    ax.set_title(f"(a) one problem, σ = {sigma:.3g} matched to the minibatch noise's trace "
-                 "at the start", fontsize="medium")  # fmt: skip
+    ax.set_title(f"(a) σ = {sigma:.3g}: tr Cov matched to the minibatch noise's at the start;\n"
+                 "the low plateaus are the discretisations' (Euler–Maruyama; SGD's steps)",
+                 fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
 
 
@@ -86,8 +87,8 @@ def _step_panel(ax, step: pd.DataFrame) -> None:
         x = k * (len(g) + 2) + np.arange(len(g))
         ticks += list(x)
         names += [f"{kind[:4]} {e}" for e in g["entry"]]
-        for col, (label, marker) in WRONG.items():
-            ax.plot(x, g[col], marker, ms=7, mfc="none", color="k" if col == "z" else None,
+        for col, (label, marker, color) in WRONG.items():
+            ax.plot(x, g[col], marker, ms=7, mfc="none", color=color,
                     label=label if k == 0 else None)  # fmt: skip
     ax.axhspan(-4, 4, color="C2", alpha=0.15, label="|z| ≤ 4")
     ax.set_yscale("symlog", linthresh=4)
