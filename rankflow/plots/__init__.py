@@ -1,5 +1,5 @@
 """Figures from results tables (the DataFrames of ``rankflow.run``, ``compare``,
-``inspect``, ``attention`` and ``reproduce``): the only part of rankflow that imports
+``inspect``, ``attention``, ``reproduce`` and ``noise``): the only part of rankflow that imports
 matplotlib.
 
 Plots read tables only: nothing here imports jax or the simulation code. Figures are
@@ -9,7 +9,7 @@ the Agg canvas that ``Figure.savefig`` picks for raster formats. Conventions sha
 every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
-``attention`` and ``reproduce`` (the figures of ``rankflow reproduce`` the others do
+``attention``, ``reproduce`` and ``noise`` (the figures of ``rankflow reproduce`` the others do
 not draw); ``common`` holds axis text, colours, medians over runs and
 :func:`save_figure`.
 """
@@ -32,6 +32,7 @@ from .core import quick_plot as quick_plot
 from .inspect import inspect_layers_figure as inspect_layers_figure
 from .inspect import inspect_scatter_figure as inspect_scatter_figure
 from .inspect import inspection_figures as inspection_figures
+from .noise import noise_models_figure as noise_models_figure
 from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
 from .reproduce import balancing_figure as balancing_figure
 from .reproduce import floor_figure as floor_figure
@@ -57,6 +58,7 @@ __all__ = [
     "inspect_layers_figure",
     "inspect_scatter_figure",
     "inspection_figures",
+    "noise_models_figure",
     "quick_plot",
     "rank_figure",
     "save_figure",

@@ -2,7 +2,7 @@
 verdict report.
 
 Each experiment is one module (``toy``, ``balancing``, ``rank``, ``discrete``,
-``attention``, ``pretrained``) with a ``run_experiment(ctx)`` that runs its configs
+``noise``, ``attention``, ``pretrained``) with a ``run_experiment(ctx)`` that runs its configs
 from ``sims/reproduce/`` through the same machinery as the rest of rankflow
 (``rankflow.run``, ``rankflow.compare``, ``rankflow.attention``, ``rankflow.inspect``),
 writes tables and figures, and records claims with verdicts.
@@ -37,6 +37,7 @@ EXPERIMENTS = {
     "balancing": "balancing",
     "rank": "rank",
     "discrete": "discrete",
+    "noise": "noise",
     "attention": "attention",
     "pretrained": "pretrained",
 }

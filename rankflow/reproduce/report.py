@@ -14,8 +14,9 @@ TITLES = {
     "balancing": "2. Balancing rates across dynamics",
     "rank": "3. Rank against λ: matrix sensing and completion",
     "discrete": "4. Discrete against continuous",
-    "attention": "5. Attention",
-    "pretrained": "6. A pretrained checkpoint",
+    "noise": "5. The noise of real SGD",
+    "attention": "6. Attention",
+    "pretrained": "7. A pretrained checkpoint",
 }
 MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
