@@ -11,9 +11,12 @@ import pytest
 
 import rankflow.flows
 import rankflow.simulate
+from rankflow import config as config_lib
 from rankflow.compare import COLUMNS, compare, weak_order
 from rankflow.config import ConfigError
 from rankflow.engine import programs
+from rankflow.reproduce import noise as reproduce_noise
+from rankflow.reproduce._common import config_path
 
 # Sensing 5×5, batch 4 of 64 samples: noise that matters; ηt = 0.48 (12 steps at
 # η = 0.04, 96 at η/8). tr D is the observable with the best signal: its SME has no dW
@@ -28,6 +31,8 @@ SME = {
     "save": {"t1": 12, "num": 4},
 }
 OPTIONS = {"compare.paths": 64, "compare.halvings": 3}
+# The claim of `rankflow reproduce` that these tables feed (its mutants are below).
+MUTANT_CLAIMS = ("noise.sme_weak_order",)
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +187,40 @@ def test_sme_flow_dt_error_is_small_against_the_gap(sme_tables):
     sel = ok["observable"] == "balance_trace"
     shift = np.abs(half.loc[sel, "flow.mean"].to_numpy() - ok.loc[sel, "flow.mean"].to_numpy())
     assert np.all(shift < 0.3 * np.abs(ok.loc[sel, "error"].to_numpy())), shift
+
+
+# --- the reproduce claim noise.sme_weak_order and its mutants ---------------------------------
+
+
+def test_reproduce_noise_sme_config_is_this_one():
+    """The claim's positive control below runs on the experiment's own quick config."""
+    cfg = config_lib.load_config(config_path("noise_sme"))
+    assert cfg["compare"] == {"paths": OPTIONS["compare.paths"], "halvings": 3}
+    for section in ("problem", "model", "init", "dynamics", "save"):
+        assert cfg[section] == SME[section], section
+    assert (cfg["seed"], cfg["x64"]) == (SME["seed"], SME["x64"])
+
+
+def test_claim_sme_weak_order_passes_on_the_sme(sme_tables):
+    claim = reproduce_noise.sme_weak_order_claim(sme_tables["weak"])
+    assert claim.verdict == "pass", claim.measurement
+
+
+@pytest.mark.parametrize("wrong", [2.0, 0.5])
+def test_mutant_claim_sme_weak_order_wrong_theory(sme_tables, monkeypatch, wrong):
+    """A wrong theory of the SME's accuracy — second order (the second-order SME's), or
+    order ½ (a strong order) — fails on the same data."""
+    monkeypatch.setattr(reproduce_noise, "WEAK_ORDER", wrong)
+    claim = reproduce_noise.sme_weak_order_claim(sme_tables["weak"])
+    assert claim.verdict == "fail", claim.measurement
+
+
+@pytest.mark.slow
+def test_mutant_claim_sme_weak_order_sqrt_eta_noise(monkeypatch):
+    """The wrong implementation (noise coefficient √η with time in steps) fails the claim."""
+    weak = _mutant_weak(monkeypatch, _sqrt_eta_noise)
+    claim = reproduce_noise.sme_weak_order_claim(weak)
+    assert claim.verdict == "fail", claim.measurement
 
 
 # --- input compare refuses, before anything compiles ------------------------------------

@@ -245,6 +245,7 @@ def test_mutant_attention_rank():
 
 
 def test_every_claim_that_can_pass_has_a_mutant():
+    import test_compare_sme
     import test_mutants_discrete
     import test_mutants_noise
     import test_pretrained_verdict
@@ -253,6 +254,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
         set(MUTANT_CLAIMS)
         | set(test_mutants_discrete.MUTANT_CLAIMS)
         | set(test_mutants_noise.MUTANT_CLAIMS)
+        | set(test_compare_sme.MUTANT_CLAIMS)
         | set(test_pretrained_verdict.MUTANT_CLAIMS)
     )
     claims = passable_claims()

@@ -19,6 +19,9 @@ runs save the factors (``save = "states"``), so that D = AᵀA − BᵀB is chec
 - ``noise.t9_pathwise`` (T9): on every path of the gradient-noise flow,
   ``D(t) = e^{−(2ηλ + η²σ²m)t} D(0)`` up to the discretisation: the deviation must vanish
   with dt at the strong order of Euler–Maruyama (½ to 1), which a wrong rate cannot do.
+- ``noise.sme_weak_order`` (T10; Li, Tai & E): ``rankflow compare`` of minibatch SGD
+  against its SME (``sims/reproduce/noise_sme.toml``): the weak error of E[tr D] at a fixed
+  horizon in ηt is first order in η.
 
 Each claim is a pure function of the experiment's tables (``*_claim``), so that
 ``tests/test_mutants_noise.py`` can run it on data of a wrong theory or implementation.
@@ -26,6 +29,7 @@ Each claim is a pure function of the experiment's tables (``*_claim``), so that
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,15 +38,23 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .. import compare as compare_lib
 from .. import config as config_lib
 from .. import plots, simulate, theory
 from ..flows import minibatch_spread
-from ._common import Claim, Context, fmt, sweep_config, verdict
+from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 
 NAME = "noise"
 CONFIGS = ("noise_models", "noise_sgd_sensing", "noise_sgd_regression")
 # The claims that can pass (each has a mutant in tests/test_mutants_noise.py).
-CLAIMS = ("noise.no_floor", "noise.sgd_step_mean", "noise.t9_pathwise")
+CLAIMS = ("noise.no_floor", "noise.sgd_step_mean", "noise.t9_pathwise", "noise.sme_weak_order")
+# SGD against its first-order SME: weak order 1 in η at fixed ηt, fitted within WEAK_TOL
+# with a standard error ≤ WEAK_TOL, every η's error resolved (|z| ≥ WEAK_Z) so that the
+# fit is of errors, not of Monte Carlo noise.
+WEAK_ORDER = 1.0
+WEAK_TOL = 0.2
+WEAK_Z = 2.0
+WEAK_OBSERVABLE = "balance_trace"
 # σ of the parameter- and gradient-noise runs of the claims: η²σ²m = 0.06 is 30% of 2ηλ,
 # so a wrong T9 rate moves D by ~0.05–0.1 of ‖D(0)‖, several times Euler–Maruyama's error.
 CLAIM_SIGMA = 0.5
@@ -70,6 +82,8 @@ def validate(mode: str) -> None:
     points = {name: sweep_config(name, mode) for name in CONFIGS}
     same = ("problem", "init", "model")
     a, b = points["noise_models"], points["noise_sgd_sensing"]
+    config_path("noise_sme")
+    full_overrides("noise_sme", mode)
     for section in same:
         if a[section] != b[section]:
             raise config_lib.ConfigError(
@@ -393,6 +407,45 @@ def t9_pathwise_claim(pathwise: pd.DataFrame) -> Claim:
     )
 
 
+def sme_weak_order_claim(weak: pd.DataFrame) -> Claim:
+    """T10 (SGD against its SME): from ``compare``'s ``weak`` table, the order of the weak
+    error of E[tr D] in η at fixed ηt (``compare.weak_order``) is ``WEAK_ORDER`` within
+    ``WEAK_TOL``, its standard error at most ``WEAK_TOL``, and every η's error is resolved
+    (|z| ≥ ``WEAK_Z``)."""
+    rows = weak[weak["observable"] == WEAK_OBSERVABLE].sort_values("dynamics.eta")
+    order, se = compare_lib.weak_order(weak, WEAK_OBSERVABLE)
+    z = rows["z"].abs()
+    ok = len(rows) >= 3 and abs(order - WEAK_ORDER) <= WEAK_TOL and se <= WEAK_TOL
+    ok = ok and bool(np.all(z >= WEAK_Z))
+    first = rows.iloc[0] if len(rows) else None
+    return Claim(
+        experiment=NAME,
+        name="noise.sme_weak_order",
+        source="T10",
+        statement="Minibatch SGD and its stochastic modified equation (W-space noise with "
+        "the minibatch gradient's covariance) agree in distribution to first order in η: "
+        "the weak error of E[tr D] at a fixed horizon ηt is O(η).",
+        prediction=f"weak order {WEAK_ORDER:g} (Li, Tai & E); a noise of the wrong size in "
+        "η (e.g. √η, time in steps) gives order ≈ 0",
+        measurement=(
+            f"ηt = {fmt(float(first['horizon']), 3)}, "
+            f"{int(first['optimizer.paths'])} paths per η, η = "
+            + ", ".join(f"{v:g}" for v in rows["dynamics.eta"])
+            + ": error "
+            + ", ".join(
+                f"{fmt(e, 3)} ± {fmt(s, 2)}" for e, s in zip(rows["error"], rows["error_se"])
+            )
+            + f"; order {order:.3f} ± {se:.3f}"
+        )
+        if first is not None
+        else "no weak table",
+        tolerance=f"|order − {WEAK_ORDER:g}| ≤ {WEAK_TOL:g}, its SE ≤ {WEAK_TOL:g}, every "
+        f"|z| ≥ {WEAK_Z:g}",
+        verdict=verdict(ok),
+        figure="noise_sme_weak.png",
+    )
+
+
 # --- running ----------------------------------------------------------------------------
 
 
@@ -448,3 +501,13 @@ def run_experiment(ctx: Context) -> None:
     ctx.claims.append(no_floor_claim(floor[floor["dynamics.sigma"] == CLAIM_SIGMA]))
     ctx.claims.append(sgd_step_claim(step))
     ctx.claims.append(t9_pathwise_claim(pathwise))
+    sme_tables = compare_lib.compare(
+        config_path("noise_sme"),
+        out=ctx.runs("noise_sme"),
+        overrides=full_overrides("noise_sme", ctx.mode),
+        figures=plots.write_compare_figures,
+    )
+    for table, df in sme_tables.items():
+        ctx.table(f"noise_sme_{table}", df)
+    shutil.copyfile(ctx.runs("noise_sme") / "weak.png", ctx.figures / "noise_sme_weak.png")
+    ctx.claims.append(sme_weak_order_claim(sme_tables["weak"]))
