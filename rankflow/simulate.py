@@ -31,6 +31,7 @@ from .flows import drift_field, factor_grads, factors_of, initial_state, noise_t
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
+from .schedules import kinks, schedule_of
 
 __all__ = [
     "PARAM_KEYS",
@@ -72,6 +73,7 @@ class Program:
     def __post_init__(self):
         self.problem = make_problem(self.point)
         self.ts = np.asarray(vocabulary.save_times(self.point))
+        self.schedule = schedule_of(self.point["dynamics"], float(self.ts[-1]))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
         self._jitted = jax.jit(jax.vmap(self._single))
@@ -187,9 +189,10 @@ class Program:
                 model=self.point["dynamics"]["noise"],
                 problem=self.problem,
                 batch=self.point["dynamics"]["batch"],
+                schedule=self.schedule,
             )
         return solve(
-            drift_field(kind, self.problem),
+            drift_field(kind, self.problem, self.schedule),
             initial_state(kind, theta0),
             (data, hyper),
             ts=self.ts,
@@ -204,16 +207,18 @@ class Program:
             key=noise_key,
             diverge_norm=s["diverge_norm"],
             watched=functools.partial(factors_of, kind),
+            jump_ts=tuple(kinks(self.schedule)),
         )
 
     def _iterate(self, theta0, data, hyper, noise_key):
         """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
         from ``noise_key``: the observables at the saves
         (:func:`rankflow.optimizers.iterate`)."""
-        opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
+        sch = self.schedule
+        opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0), sch)
         if self.point["dynamics"]["noise"] == "gradient":
             # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.
-            opt = make_optimizer("gd", hyper, noise_key)
+            opt = make_optimizer("gd", hyper, noise_key, sch)
             grad_key = jax.random.fold_in(noise_key, 2)
             noisy_grads = factor_grads(self.problem, w_noise=True)
 

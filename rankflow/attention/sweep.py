@@ -71,6 +71,7 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     out = program.run(engine.pad_runs(rows, PARAM_KEYS, pad_to))
     out = {k: v[: len(rows)] for k, v in out.items()}
     steps = program.steps
+    axes = getattr(points, "axes", ())
     n, S = len(rows), len(steps)
     L, H = program.spec.layers, program.spec.H
 
@@ -85,6 +86,8 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
             ),
         }
         for k in PARAM_KEYS:
+            if k in config_lib.LR_KEYS and k not in axes and all(r[k] == 1 for r in rows):
+                continue  # a multiplier is a column only where it is used: swept or ≠ 1
             cols[k] = np.repeat([r[k] for r in rows], S * per_save)
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
