@@ -33,9 +33,11 @@ from .vocabulary import SCHEDULES
 __all__ = [
     "SCHEDULES",
     "Schedule",
+    "clock_of_table",
     "eta_at",
     "eta_integral",
     "kinks",
+    "schedule_columns",
     "schedule_factor",
     "schedule_integral",
     "schedule_of",
@@ -149,3 +151,39 @@ def kinks(sch: Schedule | None) -> list[float]:
     if sch is None or sch.constant or not 0 < sch.warmup < sch.t1:
         return []
     return [sch.warmup]
+
+
+def schedule_columns(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The results columns of a run's schedule: none for a constant one (so that its
+    tables stay as they were); else ``<section>.schedule``, ``.warmup`` and
+    ``.final_fraction`` with their defaults filled in. ``t1`` is the run's last save."""
+    if values["schedule"] == "constant":
+        return {}
+    sch = schedule_of(values, 0.0)
+    return {
+        f"{section}.schedule": sch.kind,
+        f"{section}.warmup": sch.warmup,
+        f"{section}.final_fraction": sch.final_fraction,
+    }
+
+
+def clock_of_table(df, section: str, eta_col: str):
+    """∫₀ᵗ η(s) ds for every row of a results table (numpy): ``η·t`` where the table has
+    no ``<section>.schedule`` column (constant schedules), else the closed form of the
+    row's schedule, ``t1`` each run's last saved ``t`` (the run's end)."""
+    import numpy as np
+
+    t = df["t"].to_numpy(np.float64)
+    eta = df[eta_col].to_numpy(np.float64)
+    if f"{section}.schedule" not in df.columns:
+        return eta * t
+    t1 = df.groupby("run_id")["t"].transform("max").to_numpy(np.float64)
+    out = eta * t  # constant schedules (rows of another chunk, columns NaN)
+    keys = [f"{section}.schedule", f"{section}.warmup", f"{section}.final_fraction"]
+    groups = df[keys].assign(_t1=t1).groupby(keys + ["_t1"], sort=False, dropna=False)
+    for (kind, w, f, end), idx in groups.indices.items():
+        if kind not in SCHEDULES or kind == "constant":
+            continue
+        sch = Schedule(str(kind), float(w), float(f), float(end))
+        out[idx] = np.asarray(eta_integral(t[idx], eta[idx], sch))
+    return out

@@ -31,7 +31,7 @@ from .flows import drift_field, factor_grads, factors_of, initial_state, noise_t
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
-from .schedules import kinks, schedule_of
+from .schedules import kinks, schedule_columns, schedule_of
 
 __all__ = [
     "PARAM_KEYS",
@@ -298,6 +298,8 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
         if k.startswith("solver.") and not program.continuous:
             values = [None] * len(values)  # optimizers use no ODE solver
         cols[k] = np.repeat(values, T)
+    for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
+        cols[k] = np.repeat([v] * n, T)
     for name in OBSERVABLES:
         cols[name] = out[name].reshape(-1).astype(np.float64)
     sv = out["sv"].reshape(n * T, -1)

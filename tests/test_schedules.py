@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pandas as pd
 import pytest
 from scipy.integrate import quad
 
@@ -206,3 +207,73 @@ def test_T4_scheduled_gradient_flow_per_head():
     assert len(right) == 8 and max(right.values()) <= 1e-9, right
     wrong = _head_errors(res.heads, lambda t: 0.1 * t)  # 2ηλt: the peak η throughout
     assert min(wrong.values()) > 1e-2
+
+
+# --- figures ------------------------------------------------------------------------------
+
+
+def test_balance_figures_draw_the_scheduled_rate():
+    """A table whose gap follows T4 under a schedule: the core figure's dashed T4 line
+    lies on it (and the unscheduled e^{−2ηλt} would not); the attention figure's too."""
+    from rankflow.plots import attention_balance_figure, balance_figure
+
+    sch = Schedule("warmup_cosine", 10.0, 0.1, 50.0)
+    t = np.arange(0.0, 51.0, 5.0)
+    rows = []
+    for rid, lam in enumerate((0.05, 0.2)):
+        gap = np.exp(-2 * lam * np.asarray(eta_integral(t, ETA, sch)))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "run_id": rid,
+                    "path": 0,
+                    "t": t,
+                    "status": "ok",
+                    "dynamics.lam": lam,
+                    "dynamics.eta": ETA,
+                    "dynamics.schedule": sch.kind,
+                    "dynamics.warmup": 10.0,
+                    "dynamics.final_fraction": 0.1,
+                    "nuclear_norm": 1.0,
+                    "l2_penalty": 1.0,
+                    "balance_gap": gap,
+                    "frob_minus_nuc": gap / 2,
+                    "sv_1": 1.0,
+                }
+            )
+        )
+    ax_b = balance_figure(pd.concat(rows, ignore_index=True)).axes[1]
+    theory = [ln for ln in ax_b.lines if ln.get_linestyle() == "--"]
+    measured = [ln for ln in ax_b.lines if ln.get_linestyle() == "-"]
+    for th, me in zip(theory, measured, strict=True):
+        np.testing.assert_allclose(th.get_ydata(), me.get_ydata(), rtol=1e-12)
+    wrong = np.exp(-2 * 0.2 * ETA * t)
+    assert np.max(np.abs(measured[1].get_ydata() / wrong - 1)) > 0.1
+
+    heads = []
+    for pair in ("qk", "vo"):
+        gap = np.exp(-2 * 0.3 * np.asarray(eta_integral(t, ETA, sch)))
+        heads.append(
+            pd.DataFrame(
+                {
+                    "run_id": 0,
+                    "t": t,
+                    "status": "ok",
+                    "layer": 0,
+                    "head": 0,
+                    "pair": pair,
+                    "train.kind": "gradient_flow",
+                    "train.eta": ETA,
+                    "train.lam_qk": 0.3,
+                    "train.lam_vo": 0.3,
+                    "train.schedule": sch.kind,
+                    "train.warmup": 10.0,
+                    "train.final_fraction": 0.1,
+                    "balance_gap": gap,
+                }
+            )
+        )
+    fig = attention_balance_figure([pd.concat(heads, ignore_index=True)])
+    for ax in fig.axes[:2]:
+        me, th = ax.lines[0], ax.lines[1]
+        np.testing.assert_allclose(th.get_ydata(), me.get_ydata(), rtol=1e-12)

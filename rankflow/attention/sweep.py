@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
+from ..schedules import schedule_columns
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
@@ -92,6 +93,8 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
             cols[k] = np.repeat(flat, S * per_save)
+        for k, v in schedule_columns("train", program.point["train"]).items():
+            cols[k] = np.repeat([v] * n, S * per_save)
         return cols
 
     per = L * H * 2

@@ -73,7 +73,7 @@ def gd_scheduled_contraction(
     k steps of GD (numpy, float64; ``k`` whole numbers of any shape)."""
     k = np.asarray(k, np.int64)
     n = int(k.max(initial=0))
-    etas = np.asarray(eta_at(np.arange(n, dtype=np.float64), float(eta), schedule))
+    etas = np.broadcast_to(eta_at(np.arange(n, dtype=np.float64), float(eta), schedule), (n,))
     logs = np.concatenate([[0.0], np.cumsum(2.0 * np.log(np.abs(1.0 - etas * float(lam))))])
     return np.exp(logs[k])
 
