@@ -33,7 +33,6 @@ from .vocabulary import SCHEDULES
 __all__ = [
     "SCHEDULES",
     "Schedule",
-    "clock_of_table",
     "eta_at",
     "eta_integral",
     "kinks",
@@ -41,6 +40,7 @@ __all__ = [
     "schedule_factor",
     "schedule_integral",
     "schedule_of",
+    "unit_clock",
 ]
 
 
@@ -156,7 +156,8 @@ def kinks(sch: Schedule | None) -> list[float]:
 def schedule_columns(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """The results columns of a run's schedule: none for a constant one (so that its
     tables stay as they were); else ``<section>.schedule``, ``.warmup`` and
-    ``.final_fraction`` with their defaults filled in. ``t1`` is the run's last save."""
+    ``.final_fraction`` with their defaults filled in (with them the tables hold
+    ``lr_clock``, :func:`unit_clock` times η)."""
     if values["schedule"] == "constant":
         return {}
     sch = schedule_of(values, 0.0)
@@ -167,23 +168,18 @@ def schedule_columns(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def clock_of_table(df, section: str, eta_col: str):
-    """∫₀ᵗ η(s) ds for every row of a results table (numpy): ``η·t`` where the table has
-    no ``<section>.schedule`` column (constant schedules), else the closed form of the
-    row's schedule, ``t1`` each run's last saved ``t`` (the run's end)."""
+def unit_clock(t, sch: Schedule | None, discrete: bool):
+    """The accumulated learning rate per unit peak η at the saved times ``t`` (numpy):
+    ``∫₀ᵗ s`` for a flow, ``Σ_{j<t} s(j)`` for an optimizer (step j uses η(j); ``t``
+    whole numbers). Times η, the clock of T4 (exactly) and of T5's leading term
+    ``Π(1 − η_jλ)² = e^{−2λΣη_j}(1 + O(η²λ²))``."""
     import numpy as np
 
-    t = df["t"].to_numpy(np.float64)
-    eta = df[eta_col].to_numpy(np.float64)
-    if f"{section}.schedule" not in df.columns:
-        return eta * t
-    t1 = df.groupby("run_id")["t"].transform("max").to_numpy(np.float64)
-    out = eta * t  # constant schedules (rows of another chunk, columns NaN)
-    keys = [f"{section}.schedule", f"{section}.warmup", f"{section}.final_fraction"]
-    groups = df[keys].assign(_t1=t1).groupby(keys + ["_t1"], sort=False, dropna=False)
-    for (kind, w, f, end), idx in groups.indices.items():
-        if kind not in SCHEDULES or kind == "constant":
-            continue
-        sch = Schedule(str(kind), float(w), float(f), float(end))
-        out[idx] = np.asarray(eta_integral(t[idx], eta[idx], sch))
-    return out
+    t = np.asarray(t, np.float64)
+    if sch is None or sch.constant:
+        return t
+    if not discrete:
+        return np.asarray(schedule_integral(t, sch), np.float64)
+    n = int(np.rint(t.max(initial=0)))
+    steps = np.asarray(schedule_factor(np.arange(n, dtype=np.float64), sch), np.float64)
+    return np.concatenate([[0.0], np.cumsum(steps)])[np.rint(t).astype(np.int64)]

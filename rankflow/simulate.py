@@ -31,7 +31,7 @@ from .flows import drift_field, factor_grads, factors_of, initial_state, noise_t
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
-from .schedules import kinks, schedule_columns, schedule_of
+from .schedules import kinks, schedule_columns, schedule_of, unit_clock
 
 __all__ = [
     "PARAM_KEYS",
@@ -300,6 +300,9 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
         cols[k] = np.repeat(values, T)
     for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
         cols[k] = np.repeat([v] * n, T)
+    if not program.schedule.constant:
+        clock = unit_clock(program.ts, program.schedule, not program.continuous)
+        cols["lr_clock"] = np.repeat([r["dynamics.eta"] for r in rows], T) * np.tile(clock, n)
     for name in OBSERVABLES:
         cols[name] = out[name].reshape(-1).astype(np.float64)
     sv = out["sv"].reshape(n * T, -1)

@@ -19,7 +19,7 @@ import rankflow.attention as ra
 from rankflow import config as C
 from rankflow import theory
 from rankflow.optimizers import make_optimizer
-from rankflow.schedules import Schedule, eta_at, eta_integral, schedule_factor
+from rankflow.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
 from rankflow.simulate import params_of, program_for
 
 ETA, LAM, W, F, T1 = 0.5, 0.1, 8, 0.1, 40
@@ -213,15 +213,18 @@ def test_T4_scheduled_gradient_flow_per_head():
 
 
 def test_balance_figures_draw_the_scheduled_rate():
-    """A table whose gap follows T4 under a schedule: the core figure's dashed T4 line
-    lies on it (and the unscheduled e^{−2ηλt} would not); the attention figure's too."""
+    """A table whose gap follows T4 under a schedule (its ``lr_clock`` column, as the
+    programs write it): the core figure's dashed T4 line lies on it, where the
+    unscheduled e^{−2ηλt} would not; so do the attention figure's lines."""
     from rankflow.plots import attention_balance_figure, balance_figure
 
     sch = Schedule("warmup_cosine", 10.0, 0.1, 50.0)
     t = np.arange(0.0, 51.0, 5.0)
+    clock = ETA * unit_clock(t, sch, discrete=False)
+    np.testing.assert_allclose(clock, np.asarray(eta_integral(t, ETA, sch)), rtol=1e-15)
     rows = []
     for rid, lam in enumerate((0.05, 0.2)):
-        gap = np.exp(-2 * lam * np.asarray(eta_integral(t, ETA, sch)))
+        gap = np.exp(-2 * lam * clock)
         rows.append(
             pd.DataFrame(
                 {
@@ -231,9 +234,7 @@ def test_balance_figures_draw_the_scheduled_rate():
                     "status": "ok",
                     "dynamics.lam": lam,
                     "dynamics.eta": ETA,
-                    "dynamics.schedule": sch.kind,
-                    "dynamics.warmup": 10.0,
-                    "dynamics.final_fraction": 0.1,
+                    "lr_clock": clock,
                     "nuclear_norm": 1.0,
                     "l2_penalty": 1.0,
                     "balance_gap": gap,
@@ -250,30 +251,34 @@ def test_balance_figures_draw_the_scheduled_rate():
     wrong = np.exp(-2 * 0.2 * ETA * t)
     assert np.max(np.abs(measured[1].get_ydata() / wrong - 1)) > 0.1
 
-    heads = []
-    for pair in ("qk", "vo"):
-        gap = np.exp(-2 * 0.3 * np.asarray(eta_integral(t, ETA, sch)))
-        heads.append(
-            pd.DataFrame(
-                {
-                    "run_id": 0,
-                    "t": t,
-                    "status": "ok",
-                    "layer": 0,
-                    "head": 0,
-                    "pair": pair,
-                    "train.kind": "gradient_flow",
-                    "train.eta": ETA,
-                    "train.lam_qk": 0.3,
-                    "train.lam_vo": 0.3,
-                    "train.schedule": sch.kind,
-                    "train.warmup": 10.0,
-                    "train.final_fraction": 0.1,
-                    "balance_gap": gap,
-                }
-            )
-        )
-    fig = attention_balance_figure([pd.concat(heads, ignore_index=True)])
+    heads = pd.DataFrame(
+        {
+            "run_id": 0,
+            "t": np.tile(t, 2),
+            "status": "ok",
+            "layer": 0,
+            "head": 0,
+            "pair": np.repeat(["qk", "vo"], len(t)),
+            "train.kind": "gradient_flow",
+            "train.eta": ETA,
+            "train.lam_qk": 0.3,
+            "train.lam_vo": 0.3,
+            "train.schedule": sch.kind,
+            "train.warmup": 10.0,
+            "train.final_fraction": 0.1,
+            "lr_clock": np.tile(clock, 2),
+            "balance_gap": np.tile(np.exp(-2 * 0.3 * clock), 2),
+        }
+    )
+    fig = attention_balance_figure([heads])
     for ax in fig.axes[:2]:
         me, th = ax.lines[0], ax.lines[1]
         np.testing.assert_allclose(th.get_ydata(), me.get_ydata(), rtol=1e-12)
+
+
+def test_discrete_clock_sums_the_step_sizes():
+    sch = Schedule("linear", 3.0, 0.2, 12.0)
+    ks = np.arange(13.0)
+    sums = np.concatenate([[0.0], np.cumsum(np.asarray(schedule_factor(ks[:-1], sch)))])
+    np.testing.assert_allclose(unit_clock(ks, sch, discrete=True), sums, rtol=0, atol=1e-15)
+    assert unit_clock(ks, sch, discrete=True)[1] == 0.0  # the first step has η(0) = 0

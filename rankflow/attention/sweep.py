@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
-from ..schedules import schedule_columns
+from ..schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
@@ -95,6 +95,10 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
             cols[k] = np.repeat(flat, S * per_save)
         for k, v in schedule_columns("train", program.point["train"]).items():
             cols[k] = np.repeat([v] * n, S * per_save)
+        if not program.schedule.constant:
+            clock = unit_clock(steps, program.schedule, not program.continuous)
+            eta = np.repeat([r["train.eta"] for r in rows], S * per_save)
+            cols["lr_clock"] = eta * np.tile(np.repeat(clock, per_save), n)
         return cols
 
     per = L * H * 2

@@ -11,10 +11,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..schedules import clock_of_table
 from .common import (
     axis_label,
     draw_median,
+    lr_clock,
     ok_values,
     palette,
     run_columns,
@@ -178,8 +178,8 @@ def _t4_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
     finite = pd.DataFrame({"rid": rid, "t": df["t"], "gap": gap})[np.isfinite(gap)]
     start = finite.sort_values("t").groupby("rid").first()  # each run's first finite gap
     t0, gap0 = rid.map(start["t"]), rid.map(start["gap"])
-    # ∫η: ηt, or the closed form of the run's learning-rate schedule (T4 scheduled).
-    clock = pd.Series(clock_of_table(df, "dynamics", "dynamics.eta"), index=df.index)
+    # ∫η: ηt, or the table's clock of the run's learning-rate schedule (T4 scheduled).
+    clock = lr_clock(df, "dynamics.eta")
     lam = df["dynamics.lam"].astype(float)
     return (gap0 * np.exp(-2.0 * lam * (clock - _at_start(rid, df["t"], t0, clock)))).where(
         np.isfinite(gap)
