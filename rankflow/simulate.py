@@ -210,15 +210,22 @@ class Program:
             jump_ts=tuple(kinks(self.schedule)),
         )
 
+    def _optimizer(self, kind: str, hyper, key):
+        """``make_optimizer`` of ``kind``, with the learning-rate schedule if any."""
+        if self.schedule.constant:
+            # The constant-η call keeps make_optimizer's three-argument form, which a
+            # stand-in optimizer (tests/test_mutants_discrete.py) also takes.
+            return make_optimizer(kind, hyper, key)
+        return make_optimizer(kind, hyper, key, self.schedule)
+
     def _iterate(self, theta0, data, hyper, noise_key):
         """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
         from ``noise_key``: the observables at the saves
         (:func:`rankflow.optimizers.iterate`)."""
-        sch = self.schedule
-        opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0), sch)
+        opt = self._optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
         if self.point["dynamics"]["noise"] == "gradient":
             # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.
-            opt = make_optimizer("gd", hyper, noise_key, sch)
+            opt = self._optimizer("gd", hyper, noise_key)
             grad_key = jax.random.fold_in(noise_key, 2)
             noisy_grads = factor_grads(self.problem, w_noise=True)
 
