@@ -18,6 +18,7 @@ from scipy.integrate import quad
 import rankflow.attention as ra
 from rankflow import config as C
 from rankflow import theory
+from rankflow.flows import noise_term
 from rankflow.optimizers import make_optimizer
 from rankflow.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
 from rankflow.simulate import params_of, program_for
@@ -282,3 +283,19 @@ def test_discrete_clock_sums_the_step_sizes():
     sums = np.concatenate([[0.0], np.cumsum(np.asarray(schedule_factor(ks[:-1], sch)))])
     np.testing.assert_allclose(unit_clock(ks, sch, discrete=True), sums, rtol=0, atol=1e-15)
     assert unit_clock(ks, sch, discrete=True)[1] == 0.0  # the first step has η(0) = 0
+
+
+@pytest.mark.parametrize("model", ["parameter", "gradient"])
+def test_sde_noise_on_theta_follows_the_schedule(model):
+    """The noise on θ of the stochastic flow is η(t)σ (its drift's η(t)); the wrong
+    version, the peak η, differs during warmup and decay."""
+    sch = Schedule("warmup_cosine", 4.0, 0.1, 20.0)
+    theta = (jnp.ones((3, 2)), jnp.ones((4, 2)))
+    brownian = lambda shape: None  # noqa: E731  (vf never reads the control)
+    term = noise_term("stochastic_flow", theta, brownian, model=model, schedule=sch)
+    hyper = {"eta": jnp.asarray(0.5), "sigma": jnp.asarray(0.2), "mu": jnp.asarray(0.1)}
+    for t in (0.0, 2.0, 4.0, 11.0, 20.0):
+        vf = term.vf(t, theta, (None, hyper))
+        c = vf if model == "parameter" else -vf["c"]
+        assert float(c) == pytest.approx(float(eta_at(t, 0.5, sch)) * 0.2, rel=1e-15)
+    assert float(eta_at(2.0, 0.5, sch)) * 0.2 != pytest.approx(0.5 * 0.2)
