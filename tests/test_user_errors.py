@@ -246,6 +246,61 @@ CASES = [
         "train.steps: at most 2147483647",
         2,
     ),
+    (
+        "warmup longer than the run",
+        _run(*_sets("dynamics.schedule='warmup_cosine'", "dynamics.warmup=10")),
+        "dynamics.warmup: must be in [0, save.t1 = 4] steps (warmup cannot exceed the run)",
+        2,
+    ),
+    (
+        "negative warmup",
+        _run(*_sets("dynamics.schedule='linear'", "dynamics.warmup=-1")),
+        "dynamics.warmup: must be in [0, save.t1 = 4] steps",
+        2,
+    ),
+    (
+        "final fraction above 1",
+        _run(*_sets("dynamics.schedule='linear'", "dynamics.final_fraction=1.5")),
+        "dynamics.final_fraction: must be in [0, 1]",
+        2,
+    ),
+    (
+        "warmup with a constant schedule",
+        _run(*_sets("dynamics.warmup=2")),
+        "dynamics.warmup: a constant schedule has no warmup",
+        2,
+    ),
+    (
+        "unknown schedule",
+        _run(*_sets("dynamics.schedule='cosine'")),
+        "dynamics.schedule: must be one of constant, warmup_cosine, linear (did you mean",
+        2,
+    ),
+    (
+        "attention warmup longer than the run",
+        ["attention", "train", "attention.toml", "--out", "out"]
+        + _sets("dynamics.schedule='warmup_cosine'", "dynamics.warmup=8"),
+        "train.warmup: must be in [0, train.steps = 4] steps",
+        2,
+    ),
+    (
+        "negative learning-rate multiplier",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_v=-0.1"),
+        "train.lr_v: must be a finite number ≥ 0, got -0.1",
+        2,
+    ),
+    (
+        "non-finite learning-rate multiplier",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_vo=inf"),
+        "train.lr_vo: must be finite",
+        2,
+    ),
+    (
+        "multiplier of an unknown group",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_x=0.1"),
+        "train.lr_x: unknown key (did you mean 'train.lr_v'?)",
+        2,
+    ),
 ]
 
 

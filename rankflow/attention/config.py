@@ -40,14 +40,16 @@ from ..schema import (
     gt,
     suggest,
 )
-from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS
+from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, SCHEDULES, schedule_error
 
 __all__ = [
     "ALIASES",
     "ALL_KEYS",
     "DEFAULTS",
     "GROUPS",
+    "FACTORS",
     "KINDS",
+    "LR_KEYS",
     "NUMERIC_KEYS",
     "SCHEMA",
     "TASK_KINDS",
@@ -55,6 +57,7 @@ __all__ = [
     "expand",
     "flatten",
     "lam_of",
+    "lr_of",
     "resolve",
     "save_steps",
     "structure_key",
@@ -66,20 +69,30 @@ __all__ = [
 # the value-output factors (and v/output biases), the MLPs, the embeddings (token or
 # read-in, positions, unembedding or read-out), the LayerNorms.
 GROUPS = ("qk", "vo", "mlp", "embed", "norm")
+# The single factors of the attention pairs (query, key, value, output), each with its
+# own learning-rate multiplier ``train.lr_<factor>`` beside its group's.
+FACTORS = ("q", "k", "v", "o")
 TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression")
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 KINDS = OPTIMIZERS + ("gradient_flow",)
 METHODS = ADAPTIVE_METHODS
 DEFAULT_DECAY = ["qk", "vo", "mlp", "embed"]
 
+# Learning-rate multipliers per group and per attention factor (default 1).
+LR_KEYS = tuple(f"train.lr_{u}" for u in GROUPS + FACTORS)
+
 # Traced inputs of the compiled program: a sweep over any of them compiles once.
 NUMERIC_KEYS = (
-    "seed",
-    "attention.init_scale",
-    "train.eta",
-    "train.mu",
-    "train.lam",
-) + tuple(f"train.lam_{g}" for g in GROUPS)
+    (
+        "seed",
+        "attention.init_scale",
+        "train.eta",
+        "train.mu",
+        "train.lam",
+    )
+    + tuple(f"train.lam_{g}" for g in GROUPS)
+    + LR_KEYS
+)
 
 
 # The core family's names for the same quantities (one vocabulary across families): an
@@ -94,6 +107,9 @@ ALIASES = {
     "save.t1": "train.steps",
     "save.rank_tol": "train.rank_tol",
     "solver.diverge_norm": "train.diverge_norm",
+    "dynamics.schedule": "train.schedule",
+    "dynamics.warmup": "train.warmup",
+    "dynamics.final_fraction": "train.final_fraction",
 }
 
 
@@ -108,6 +124,10 @@ def _groups(value: list[str]) -> str | None:
 
 def _fraction(v):
     return None if 0 < v < 1 else "must be in (0, 1)"
+
+
+def _multiplier(v):
+    return None if 0 <= v < float("inf") else "must be a finite number ≥ 0"
 
 
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -173,6 +193,45 @@ SCHEMA: dict[str, dict[str, Field]] = {
             )
             for g in GROUPS
         },
+        **{
+            f"lr_{u}": Field(
+                NUM,
+                1.0,
+                f"learning-rate multiplier of group {u}: its whole step, decay included, "
+                "times this (PyTorch's per-group lr; gradient flow: its field)",
+                _multiplier,
+            )
+            for u in GROUPS
+        },
+        **{
+            f"lr_{u}": Field(
+                NUM,
+                1.0,
+                f"learning-rate multiplier of the attention factor W_{u.upper()} (and "
+                f"b_{u.upper()}) alone, times its group's lr_{'qk' if u in 'qk' else 'vo'}",
+                _multiplier,
+            )
+            for u in FACTORS
+        },
+        "schedule": Field(
+            STR,
+            "constant",
+            "learning-rate schedule η(t) = η·s(t): constant, warmup_cosine, linear "
+            "(as dynamics.schedule of the core family; t1 = train.steps)",
+            choice(SCHEDULES),
+        ),
+        "warmup": Field(
+            NUM,
+            None,
+            "warmup steps w of a schedule (default 0), in [0, train.steps]",
+            optional=True,
+        ),
+        "final_fraction": Field(
+            NUM,
+            None,
+            "a schedule's η at train.steps over the peak η, in [0, 1] (default 0)",
+            optional=True,
+        ),
         "mu": Field(NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", gt(0)),
         "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
         "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
@@ -271,6 +330,11 @@ def validate(cfg: Mapping[str, Any]) -> None:
             f"train.eval_every: must divide train.steps = {tr['steps']} (saves at whole "
             f"multiples), got {tr['eval_every']}"
         )
+    err = schedule_error(
+        "train", tr["schedule"], tr["warmup"], tr["final_fraction"], tr["steps"], "train.steps"
+    )
+    if err:
+        raise ConfigError(err)
     for g in GROUPS:
         lam = tr[f"lam_{g}"]
         if g not in tr["decay"] and lam is not None and lam != 0:
@@ -296,6 +360,11 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
 def lam_of(point: Mapping[str, Any]) -> dict[str, float]:
     """Each group's λ in a resolved point (0 for groups outside ``train.decay``)."""
     return {g: float(point["train"][f"lam_{g}"]) for g in GROUPS}
+
+
+def lr_of(point: Mapping[str, Any]) -> dict[str, float]:
+    """Each group's and attention factor's learning-rate multiplier in a point."""
+    return {u: float(point["train"][f"lr_{u}"]) for u in GROUPS + FACTORS}
 
 
 def resolve(

@@ -25,11 +25,12 @@ from ..engine import programs
 from ..engine.plan import shard
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
+from ..schedules import schedule_of
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec
 from .observables import head_factors, head_observables
-from .optimizers import make_optimizer, per_leaf_lam
+from .optimizers import make_optimizer, per_leaf_lam, per_leaf_lr
 from .tasks import make_task
 from .train import iterate, loss_fn
 
@@ -59,6 +60,7 @@ class Program:
         self.kind = pt["train"]["kind"]
         self.decay = tuple(pt["train"]["decay"])
         self.steps = np.asarray(config_lib.save_steps(pt))
+        self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
         self._jitted = jax.jit(self._batch)
@@ -101,6 +103,7 @@ class Program:
         """The optimizer's traced hyperparameters of one run."""
         out = {"eta": p["train.eta"], "mu": p["train.mu"]}
         out.update({f"lam_{g}": p[f"train.lam_{g}"] for g in config_lib.GROUPS})
+        out.update({f"lr_{u}": p[f"train.lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS})
         return out
 
     def keys(self, seed):
@@ -145,6 +148,7 @@ class Program:
             s = pt["solver"]
             lam = {g: hyper[f"lam_{g}"] for g in config_lib.GROUPS}
             lam_tree = per_leaf_lam(params0, lam, self.decay)
+            lr = {u: hyper[f"lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS}
             obs, reached, max_steps_hit = integrate(
                 self.loss,
                 lam_tree,
@@ -158,10 +162,19 @@ class Program:
                 atol=s["atol"],
                 max_steps=s["max_steps"],
                 diverge_norm=tr["diverge_norm"],
+                schedule=self.schedule,
+                lr_tree=per_leaf_lr(params0, lr),
             )
         else:
             opt = make_optimizer(
-                self.kind, params0, hyper, self.decay, b1=tr["b1"], b2=tr["b2"], eps=tr["eps"]
+                self.kind,
+                params0,
+                hyper,
+                self.decay,
+                b1=tr["b1"],
+                b2=tr["b2"],
+                eps=tr["eps"],
+                schedule=self.schedule,
             )
             obs, reached, max_steps_hit = iterate(
                 self.loss,

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
+from ..schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
@@ -71,6 +72,7 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     out = program.run(engine.pad_runs(rows, PARAM_KEYS, pad_to))
     out = {k: v[: len(rows)] for k, v in out.items()}
     steps = program.steps
+    axes = getattr(points, "axes", ())
     n, S = len(rows), len(steps)
     L, H = program.spec.layers, program.spec.H
 
@@ -85,10 +87,18 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
             ),
         }
         for k in PARAM_KEYS:
+            if k in config_lib.LR_KEYS and k not in axes and all(r[k] == 1 for r in rows):
+                continue  # a multiplier is a column only where it is used: swept or ≠ 1
             cols[k] = np.repeat([r[k] for r in rows], S * per_save)
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
             cols[k] = np.repeat(flat, S * per_save)
+        for k, v in schedule_columns("train", program.point["train"]).items():
+            cols[k] = np.repeat([v] * n, S * per_save)
+        if not program.schedule.constant:
+            clock = unit_clock(steps, program.schedule, not program.continuous)
+            eta = np.repeat([r["train.eta"] for r in rows], S * per_save)
+            cols["lr_clock"] = eta * np.tile(np.repeat(clock, per_save), n)
         return cols
 
     per = L * H * 2
