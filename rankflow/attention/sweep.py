@@ -16,7 +16,8 @@ moment and resumed ends with exactly the rows of an uninterrupted one.
 ``heads``: one row per run × saved step × layer × head × pair, with the run's numeric
 hyperparameters (each group's λ as ``train.lam_<group>``), its structure, and every
 per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``).
-``loss``: one row per run × saved step: ``train_loss``, ``val_loss``.
+``loss``: one row per run × saved step: ``train_loss``, ``val_loss`` (and, for the
+images task, ``train_accuracy``, ``val_accuracy``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     loss = run_columns(1)
     loss["train_loss"] = out["train_loss"].reshape(-1).astype(np.float64)
     loss["val_loss"] = out["val_loss"].reshape(-1).astype(np.float64)
+    for name in ("train_accuracy", "val_accuracy"):
+        if name in out:
+            loss[name] = out[name].reshape(-1).astype(np.float64)
     return Results(pd.DataFrame(heads), pd.DataFrame(loss))
 
 
