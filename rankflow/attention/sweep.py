@@ -36,7 +36,16 @@ from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
 
-__all__ = ["ATTENTION", "LOSS", "Results", "execute", "load", "plan", "validation_baseline"]
+__all__ = [
+    "ATTENTION",
+    "LOSS",
+    "Results",
+    "accuracy_baselines",
+    "execute",
+    "load",
+    "plan",
+    "validation_baseline",
+]
 
 LOSS = "loss.parquet"
 # Runs per chunk by default: each chunk trains one vmapped batch of models.
@@ -167,6 +176,16 @@ def validation_baseline(path: str | Path) -> float | None:
     cfg = json.loads((Path(path) / store.CONFIG).read_text())["config"]
     task = make_task(config_lib.expand(cfg)[0])
     return task.unigram_entropy("val") if task.kind == "char_lm" else None
+
+
+def accuracy_baselines(path: str | Path) -> dict[str, float] | None:
+    """images: chance and the linear baseline's accuracies (:meth:`.tasks.Task.baselines`)
+    of a results directory's config; None for the other tasks."""
+    from .tasks import make_task
+
+    cfg = json.loads((Path(path) / store.CONFIG).read_text())["config"]
+    task = make_task(config_lib.expand(cfg)[0])
+    return task.baselines() if task.classifier else None
 
 
 def load(path: str | Path, *, strict: bool = False) -> Results:
