@@ -163,8 +163,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "image": Field(INT, 16, "images: side of the square grayscale images, pixels", ge(1)),
         "patch": Field(INT, 4, "images: side of the square patches (divides task.image)", ge(1)),
         "classes": Field(INT, 10, "images: shape classes (balanced)", _classes),
-        "train_size": Field(INT, 4096, "images: the fixed training set's size", ge(1)),
-        "pixel_noise": Field(NUM, 0.25, "images: std of the Gaussian pixel noise", ge(0)),
+        "train_size": Field(INT, 16384, "images: the fixed training set's size", ge(1)),
+        "pixel_noise": Field(NUM, 0.15, "images: std of the Gaussian pixel noise", ge(0)),
         "data_seed": Field(
             INT, 0, "images: PRNG seed of the training and validation images", ge(0)
         ),
