@@ -256,6 +256,10 @@ def test_training_beats_chance_and_shuffled_labels_do_not():
     assert last < 0.5 * first
     assert acc > 0.25 + 6 * se, acc
     assert abs(acc_shuffled - 0.25) < 4 * se, acc_shuffled
+    # The ViT beats the linear baseline of the same images.
+    base = ra.make_task(point).baselines()
+    assert base["chance"] == 0.25
+    assert acc > base["linear_val"] + 4 * se, (acc, base)
 
 
 def test_a_short_training_run_lowers_the_loss_and_beats_chance():
@@ -268,16 +272,14 @@ def test_a_short_training_run_lowers_the_loss_and_beats_chance():
 
 
 def test_linear_baseline_converges_and_separates_separable_data():
-    """On data whose classes are a linear function of the pixels it reaches 100%; on
-    the tiny shapes task its gradient at the end is ~0 (converged)."""
+    """On data whose classes are a linear function of the pixels it fits (≥ 99%) and
+    generalises (≥ 95%), with a final gradient norm ~0 (converged)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((800, 3, 3))
     y = np.argmax(x.reshape(800, -1)[:, :3], axis=1)
     out = linear_baseline((x[:600], y[:600]), (x[600:], y[600:]), 3, l2=1e-6, iterations=200)
     assert out["linear_train"] >= 0.99 and out["linear_val"] >= 0.95, out
-    base = ra.make_task(_point()).baselines()
-    assert base["chance"] == 0.25 and base["grad_norm"] < 1e-8
-    assert 0.0 <= base["linear_val"] <= 1.0
+    assert out["chance"] == 1 / 3 and out["grad_norm"] < 1e-8
 
 
 def test_a_tiny_run_reports_accuracy_in_the_loss_table():
