@@ -342,6 +342,41 @@ PY_CASES = [
     ),
     ("attention μ > 1", lambda: AC.resolve({"train": {"kind": "momentum", "mu": 1.5}}), "train.mu"),
     ("sweep over the limit", lambda: C.resolve(BIG_SWEEP), "RANKFLOW_MAX_RUNS=10000000"),
+    (
+        "image patch not dividing the image",
+        lambda: AC.resolve({"task": {"kind": "images", "image": 16, "patch": 5}}),
+        "task.patch: must divide task.image = 16, one of 1, 2, 4, 8, 16; got 5",
+    ),
+    (
+        "image task with a causal mask",
+        lambda: AC.resolve({"task": {"kind": "images"}, "attention": {"causal": True}}),
+        "attention.causal: the images task uses the bidirectional",
+    ),
+    (
+        "char_lm without its causal mask",
+        lambda: AC.resolve({"attention": {"causal": False}}),
+        "attention.causal: char_lm predicts the next character",
+    ),
+    (
+        "one image class",
+        lambda: AC.resolve({"task": {"kind": "images", "classes": 1}}),
+        "task.classes: must be in 2 … 10",
+    ),
+    (
+        "image patches beyond the position table",
+        lambda: AC.resolve({"task": {"kind": "images", "image": 32}}),
+        "attention.context: must be ≥ 65",
+    ),
+    (
+        "unknown pooling",
+        lambda: AC.resolve({"task": {"kind": "images"}, "attention": {"pooling": "max"}}),
+        "attention.pooling",
+    ),
+    (
+        "image training set smaller than the classes",
+        lambda: AC.resolve({"task": {"kind": "images", "train_size": 5}}),
+        "task.train_size: must be ≥ task.classes = 10",
+    ),
 ]
 
 

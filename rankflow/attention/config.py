@@ -72,7 +72,8 @@ GROUPS = ("qk", "vo", "mlp", "embed", "norm")
 # The single factors of the attention pairs (query, key, value, output), each with its
 # own learning-rate multiplier ``train.lr_<factor>`` beside its group's.
 FACTORS = ("q", "k", "v", "o")
-TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression")
+TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression", "images")
+POOLINGS = ("cls", "mean")
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 KINDS = OPTIMIZERS + ("gradient_flow",)
 METHODS = ADAPTIVE_METHODS
@@ -130,6 +131,12 @@ def _multiplier(v):
     return None if 0 <= v < float("inf") else "must be a finite number ≥ 0"
 
 
+def _classes(v):
+    from .images import MAX_CLASSES
+
+    return None if 2 <= v <= MAX_CLASSES else f"must be in 2 … {MAX_CLASSES} (shapes drawn)"
+
+
 SCHEMA: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: initialisation, minibatches, gradient flow's batch"),
     "attention": {
@@ -145,6 +152,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
             NUM, 1.0, "attention factors start N(0, init_scale²/D) entrywise", ge(0)
         ),
         "bias_scale": Field(NUM, 0.0, "std of the initial attention biases", ge(0)),
+        "causal": Field(
+            BOOL,
+            None,
+            "causal mask (default: the task's; images: bidirectional, sequences: causal)",
+            optional=True,
+        ),
+        "pooling": Field(
+            STR, "cls", "images: class token (cls) or mean over patches", choice(POOLINGS)
+        ),
     },
     "task": {
         "kind": Field(STR, "char_lm", "what the transformer learns", choice(TASK_KINDS)),
@@ -164,6 +180,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "dim": Field(INT, 4, "in_context_regression: dimension of x", ge(1)),
         "noise": Field(NUM, 0.0, "in_context_regression: std of the label noise", ge(0)),
         "val_size": Field(INT, 256, "sequences of the validation and train-eval sets", ge(1)),
+        "image": Field(INT, 16, "images: side of the square grayscale images, pixels", ge(1)),
+        "patch": Field(INT, 4, "images: side of the square patches (divides task.image)", ge(1)),
+        "classes": Field(INT, 10, "images: shape classes (balanced)", _classes),
+        "train_size": Field(INT, 16384, "images: the fixed training set's size", ge(1)),
+        "pixel_noise": Field(NUM, 0.15, "images: std of the Gaussian pixel noise", ge(0)),
+        "data_seed": Field(
+            INT, 0, "images: PRNG seed of the training and validation images", ge(0)
+        ),
     },
     "train": {
         "kind": Field(
@@ -265,7 +289,48 @@ def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
         return "task.seq_len", task["seq_len"]
     if kind == "associative_recall":
         return "task.pairs", 2 * task["pairs"] + 1
+    if kind == "images":  # patches; the class token is checked by check_images
+        return "task.image", (task["image"] // task["patch"]) ** 2
     return "task.points", task["points"]
+
+
+def check_images(a: Mapping[str, Any], t: Mapping[str, Any]) -> None:
+    """The image task's rules and the attention mask's (raises ConfigError)."""
+    if t["kind"] != "images":
+        if t["kind"] == "char_lm" and a["causal"] is False:
+            raise ConfigError(
+                "attention.causal: char_lm predicts the next character at every position, "
+                "so without the causal mask the inputs show the targets; set it to true"
+            )
+        return
+    if a["causal"]:
+        raise ConfigError(
+            "attention.causal: the images task uses the bidirectional vision transformer "
+            "(no mask); set it to false or leave it out"
+        )
+    size, p = t["image"], t["patch"]
+    if size % p:
+        divisors = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
+        raise ConfigError(
+            f"task.patch: must divide task.image = {size}, one of {divisors}; got {p}"
+        )
+    tokens = (size // p) ** 2 + (a["pooling"] == "cls")
+    if tokens > a["context"]:
+        raise ConfigError(
+            f"attention.context: must be ≥ {tokens}, the (task.image / task.patch)² patches"
+            f"{' and the class token' if a['pooling'] == 'cls' else ''} (the rows of the "
+            f"position table); got {a['context']}"
+        )
+    if t["train_size"] < t["classes"]:
+        raise ConfigError(
+            f"task.train_size: must be ≥ task.classes = {t['classes']} (an image of each "
+            f"class); got {t['train_size']}"
+        )
+    if a["tied_embedding"]:
+        raise ConfigError(
+            "attention.tied_embedding: the images task reads pixels in and class logits "
+            "out, so there is no token embedding to tie; set it to false"
+        )
 
 
 def validate(cfg: Mapping[str, Any]) -> None:
@@ -278,6 +343,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
             f"attention.H: must divide attention.D = {a['D']} (d_h = D/H), one of "
             f"{divisors}; got {a['H']}"
         )
+    check_images(a, t)
     field, length = sequence_length(t)
     if length > a["context"]:
         how, most = {

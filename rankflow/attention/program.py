@@ -8,7 +8,8 @@ pytrees of ``nnx.split`` stacked along a leading run axis).
 A run saves, at steps 0, eval_every, …, steps: every per-head observable of both pairs
 (:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
 fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequences) and
-``val_loss`` (the fixed validation set).
+``val_loss`` (the fixed validation set); classification tasks (images) also save
+``train_accuracy`` and ``val_accuracy`` on the same sets.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .flow import integrate
 from .model import Model, model_spec
 from .observables import head_factors, head_observables
 from .optimizers import make_optimizer, per_leaf_lam, per_leaf_lr
-from .tasks import make_task
+from .tasks import accuracy, make_task
 from .train import iterate, loss_fn
 
 __all__ = ["PARAM_KEYS", "STATUS", "TRACE_COUNTS", "Program", "params_of", "program_for"]
@@ -45,7 +46,8 @@ class Program:
     :data:`PARAM_KEYS`) and returns numpy arrays: each of
     :data:`.observables.HEAD_COLUMNS` with shape (runs, saves, layers, H, 2) (pairs
     last), ``sv`` (runs, saves, layers, H, 2, d_h),
-    ``train_loss``, ``val_loss`` and ``status`` (runs, saves)."""
+    ``train_loss``, ``val_loss``, (classification tasks) ``train_accuracy``,
+    ``val_accuracy``, and ``status`` (runs, saves)."""
 
     point: dict[str, Any]
     key: str
@@ -74,14 +76,15 @@ class Program:
         return self.kind == "gradient_flow"
 
     def data(self) -> dict[str, Any]:
-        """Everything the runs share: char_lm's training split and the fixed
-        evaluation sets."""
+        """Everything the runs share: char_lm's training split or the image task's
+        training set, and the fixed evaluation sets."""
         with jax.enable_x64(self.spec.x64):
             out: dict[str, Any] = {"val": self.task.eval_set("val", self.dtype)}
             if not self.continuous:
                 out["train_eval"] = self.task.eval_set("train", self.dtype)
-            if self.task.kind == "char_lm":
-                out["train"] = jnp.asarray(self.task.splits()["train"])
+            train = self.task.train_data(self.dtype)
+            if train is not None:
+                out["train"] = train
             return out
 
     def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -138,6 +141,10 @@ class Program:
             out = {"factors": head_factors(params, layers)}
             out["train_loss"] = self.loss(params, train_set)
             out["val_loss"] = self.loss(params, data["val"])
+            if task.classifier:
+                for split, batch in (("train", train_set), ("val", data["val"])):
+                    logits = self.model.apply(params, batch["inputs"])
+                    out[f"{split}_accuracy"] = accuracy(logits, batch)
             out["_max_abs"] = jnp.max(
                 jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(params)])
             )
