@@ -58,6 +58,7 @@ from .vocabulary import (
     NOISE_MODELS_OF,
     ODE_METHODS,
     PROBLEM_KINDS,
+    SCHEDULES,
     SDE_DYNAMICS,
     SDE_METHODS,
     SIGMA_DYNAMICS,
@@ -66,6 +67,7 @@ from .vocabulary import (
     multiplicative_noise,
     noise_model,
     save_times,
+    schedule_error,
     singular_values,
     solver_adaptive,
     solver_method,
@@ -167,6 +169,23 @@ SCHEMA: dict[str, dict[str, Field]] = {
             optional=True,
         ),
         "paths": Field(INT, 1, "Monte Carlo paths (stochastic dynamics)", ge(1)),
+        "schedule": Field(
+            STR,
+            "constant",
+            "learning-rate schedule η(t) = η·s(t) of optimizers and flows alike: constant, "
+            "warmup_cosine (linear warmup from 0, then cosine to final_fraction·η at "
+            "save.t1), linear (the same warmup, then a straight line); step k uses η(k)",
+            choice(SCHEDULES),
+        ),
+        "warmup": Field(
+            NUM, None, "warmup steps w of a schedule (default 0), in [0, save.t1]", optional=True
+        ),
+        "final_fraction": Field(
+            NUM,
+            None,
+            "a schedule's η at save.t1 over the peak η, in [0, 1] (default 0)",
+            optional=True,
+        ),
     },
     "solver": {
         "method": Field(
@@ -225,6 +244,11 @@ def validate(cfg: Mapping[str, Any]) -> None:
     _validate_dynamics(cfg["dynamics"], cfg["problem"])
     _validate_solver(cfg["dynamics"], cfg["solver"])
     _validate_save(cfg)
+    t1 = save_times(cfg)[-1]
+    d = cfg["dynamics"]
+    err = schedule_error("dynamics", d["schedule"], d["warmup"], d["final_fraction"], t1, "save.t1")
+    if err:
+        raise ConfigError(err)
 
 
 def _validate_problem(p: Mapping[str, Any], init: Mapping[str, Any]) -> None:

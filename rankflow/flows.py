@@ -21,6 +21,7 @@ import numpy as np
 from diffrax import AbstractERK, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
 from .problems import Problem
+from .schedules import Schedule, eta_at
 from .vocabulary import MOMENTUM_DYNAMICS
 
 __all__ = [
@@ -92,30 +93,34 @@ def _scale(a, x):
     return jax.tree.map(lambda xi: a * xi, x)
 
 
-def gradient_flow_field(problem: Problem) -> Callable:
-    """GF (THEORY.md): ``dθ/dt = −η(∇L(θ) + λθ)``; also the drift of SGF."""
+def gradient_flow_field(problem: Problem, schedule: Schedule | None = None) -> Callable:
+    """GF (THEORY.md): ``dθ/dt = −η(t)(∇L(θ) + λθ)``, η(t) = η·s(t) the ``schedule``
+    (:mod:`rankflow.schedules`; constant by default); also the drift of SGF."""
     grads = factor_grads(problem)
 
     def field(t, theta, args):
         data, hyper = args
-        return _scale(-hyper["eta"], _axpy(hyper["lam"], theta, grads(theta, data)))
+        eta = eta_at(t, hyper["eta"], schedule)
+        return _scale(-eta, _axpy(hyper["lam"], theta, grads(theta, data)))
 
     return field
 
 
-def momentum_flow_field(problem: Problem, coupled: bool = False) -> Callable:
+def momentum_flow_field(
+    problem: Problem, coupled: bool = False, schedule: Schedule | None = None
+) -> Callable:
     """Momentum flow on the state ``(θ, M)`` (THEORY.md), M(0) = 0 as for the optimizers.
 
     Decoupled: ``dM/dt = μ(∇L − M)``, ``dθ/dt = −η(M + λθ)`` (also the drift of the
     stochastic momentum flow). Coupled (L2 in the loss): ``dM/dt = μ(∇L + λθ − M)``,
-    ``dθ/dt = −ηM``.
+    ``dθ/dt = −ηM``. η is η(t) of the ``schedule``; μ is not scheduled.
     """
     grads = factor_grads(problem)
 
     def field(t, state, args):
         data, hyper = args
         theta, M = state
-        eta, lam, mu = hyper["eta"], hyper["lam"], hyper["mu"]
+        eta, lam, mu = eta_at(t, hyper["eta"], schedule), hyper["lam"], hyper["mu"]
         g = grads(theta, data)
         if coupled:
             g = _axpy(lam, theta, g)
@@ -128,14 +133,15 @@ def momentum_flow_field(problem: Problem, coupled: bool = False) -> Callable:
     return field
 
 
-def drift_field(kind: str, problem: Problem) -> Callable:
-    """The (drift) vector field of a continuous ``dynamics.kind``."""
+def drift_field(kind: str, problem: Problem, schedule: Schedule | None = None) -> Callable:
+    """The (drift) vector field of a continuous ``dynamics.kind``, η following
+    ``schedule``."""
     if kind in ("gradient_flow", "stochastic_flow"):
-        return gradient_flow_field(problem)
+        return gradient_flow_field(problem, schedule)
     if kind in ("momentum_flow", "stochastic_momentum_flow"):
-        return momentum_flow_field(problem)
+        return momentum_flow_field(problem, schedule=schedule)
     if kind == "momentum_flow_coupled":
-        return momentum_flow_field(problem, coupled=True)
+        return momentum_flow_field(problem, coupled=True, schedule=schedule)
     raise ValueError(f"dynamics.kind: no flow named {kind!r}")
 
 
@@ -172,7 +178,7 @@ class AdditiveNoise(diffrax.ControlTerm):
 class FactorNoise(diffrax.ControlTerm):
     """Noise that enters through the gradient of ``W = ABᵀ`` (THEORY.md T9, T10): a
     W-space increment ``dG`` reaches the factors by the chain rule as ``(dG B, dGᵀA)``,
-    times ``c`` (``vf``'s ``"c"``: −ησ on θ, μσ on the momentum), placed into the state
+    times ``c`` (``vf``'s ``"c"``: −η(t)σ on θ, μσ on the momentum), placed into the state
     by ``embed``. The noise depends on the state (multiplicative), so Itô and
     Stratonovich solutions differ: Euler–Maruyama converges to the Itô one.
 
@@ -197,7 +203,7 @@ class FactorNoise(diffrax.ControlTerm):
     def __init__(self, model, scale_fn, control, theta_of, embed, sample_losses, spread):
         def vf(t, y, args):
             A, B = theta_of(y)
-            out = {"c": scale_fn(args), "A": A, "B": B}
+            out = {"c": scale_fn(t, args), "A": A, "B": B}
             if model == "minibatch":
                 g = jax.jacrev(sample_losses)(A @ B.T, args[0])  # (N, m, n)
                 out["deltas"] = spread * (g - jnp.mean(g, axis=0, keepdims=True))
@@ -226,7 +232,7 @@ class FactorNoise(diffrax.ControlTerm):
         W = A @ B.T
         _, pullback = jax.vjp(lambda w: self.sample_losses(w, data), W)
         (dG,) = pullback(control - jnp.mean(control))
-        return self._factors(self.scale(args), A, B, self.spread * dG)
+        return self._factors(self.scale(t, args), A, B, self.spread * dG)
 
 
 def minibatch_spread(samples: int, batch: int) -> float:
@@ -244,6 +250,7 @@ def noise_term(
     model: str = "parameter",
     problem: Problem | None = None,
     batch: int | None = None,
+    schedule: Schedule | None = None,
 ) -> diffrax.AbstractTerm:
     """The diffusion term of an SDE ``dynamics.kind`` with noise model ``model``
     (``dynamics.noise``), with Brownian motion made by ``brownian_for(shape)`` (shape: a
@@ -252,7 +259,8 @@ def noise_term(
     ``parameter``: SGF ``ησ dW`` on θ; the stochastic momentum flow ``μσ dW`` on M (the
     gradient noise enters the momentum, THEORY.md). ``gradient`` and ``minibatch``: a
     :class:`FactorNoise` on θ (``c = −ησ``, resp. −η) or on M (``μσ``, resp. μ);
-    ``minibatch`` needs the ``problem`` (its per-sample losses) and ``batch``.
+    ``minibatch`` needs the ``problem`` (its per-sample losses) and ``batch``. The η of
+    the noise on θ is η(t) of the ``schedule``, as in the drift.
     """
     if kind not in ("stochastic_flow", "stochastic_momentum_flow"):
         raise ValueError(f"dynamics.kind: {kind!r} is not an SDE")
@@ -266,16 +274,16 @@ def noise_term(
         if momentum:
             scale = lambda t, y, args: args[1]["mu"] * args[1]["sigma"]  # noqa: E731
         else:
-            scale = lambda t, y, args: args[1]["eta"] * args[1]["sigma"]  # noqa: E731
+            scale = lambda t, y, args: eta_at(t, args[1]["eta"], schedule) * args[1]["sigma"]  # noqa: E731
         return AdditiveNoise(scale, brownian_for(shape), embed)
     A0, B0 = theta0
     size = (A0.shape[0], B0.shape[0]) if model == "gradient" else (problem.samples,)
     control = brownian_for(jax.ShapeDtypeStruct(size, A0.dtype))
     sigma = (lambda h: h["sigma"]) if model == "gradient" else (lambda h: 1.0)
     if momentum:
-        scale = lambda args: args[1]["mu"] * sigma(args[1])  # noqa: E731
+        scale = lambda t, args: args[1]["mu"] * sigma(args[1])  # noqa: E731
     else:
-        scale = lambda args: -args[1]["eta"] * sigma(args[1])  # noqa: E731
+        scale = lambda t, args: -eta_at(t, args[1]["eta"], schedule) * sigma(args[1])  # noqa: E731
     sample_losses = problem.sample_losses if model == "minibatch" else None
     spread = minibatch_spread(problem.samples, batch) if model == "minibatch" else 1.0
     return FactorNoise(
@@ -363,6 +371,7 @@ def solve(
     controller: Mapping[str, Any] | None = None,
     throw: bool = False,
     brownian_tol: float | None = None,
+    jump_ts: tuple[float, ...] = (),
 ) -> Saved:
     """Solve ``dy = field(t, y, args) dt [+ noise]`` from ``y(t0) = y0`` and save
     ``observe(y)`` (default: ``y``) at the times ``ts`` (a static increasing array; default:
@@ -383,6 +392,10 @@ def solve(
     a ``VirtualBrownianTree`` of that tolerance for fixed steps too, so that solves with
     different ``dt`` (finer than the tolerance's scale) follow one Brownian path, as a
     strong-error measurement needs.
+
+    ``jump_ts``: times where the field has a kink (a learning-rate schedule's end of
+    warmup, :func:`rankflow.schedules.kinks`): adaptive steps land on them (diffrax's
+    ``ClipStepSizeController``), so no step's error estimate straddles one.
     """
     solver = make_solver(method) if isinstance(method, str) else method
     t1 = float(ts[-1]) if t1 is None else t1
@@ -409,13 +422,22 @@ def solve(
         dt0=None,
         y0=y0,
         saveat=saveat,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, **(controller or {})),
+        stepsize_controller=_controller(rtol, atol, controller, jump_ts),
         max_steps=max_steps,
         # Stop at a blow-up instead of shrinking dt until max_steps.
         event=event,
         **setup,
     )
     return Saved(sol.ys, jnp.isfinite(sol.ts), sol.result == diffrax.RESULTS.max_steps_reached)
+
+
+def _controller(rtol, atol, options, jump_ts):
+    """The adaptive step-size controller: a PID controller, clipped to land on
+    ``jump_ts`` when there are any."""
+    pid = diffrax.PIDController(rtol=rtol, atol=atol, **(options or {}))
+    if not jump_ts:
+        return pid
+    return diffrax.ClipStepSizeController(pid, jump_ts=jnp.asarray(jump_ts))
 
 
 def _terms(field, noise, key, method, adaptive: bool, dt, t0, t1, brownian_tol=None):

@@ -19,6 +19,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .flows import Saved
+from .schedules import Schedule, eta_at
 
 __all__ = [
     "add_gaussian_noise",
@@ -27,6 +28,7 @@ __all__ = [
     "make_optimizer",
     "momentum",
     "momentum_coupled",
+    "scale_by_lr",
     "sgd_gaussian",
 ]
 
@@ -59,53 +61,80 @@ def add_gaussian_noise(sigma: Scalar, key: PRNGKeyArray) -> optax.GradientTransf
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def gd(eta: Scalar, lam: Scalar) -> optax.GradientTransformation:
-    """GD: ``θ ← θ − η(∇L + λθ)``, the explicit Euler step (dt = 1) of GF. Also SGD with
-    minibatch gradients (``dynamics.kind = "sgd"``)."""
-    return optax.chain(optax.add_decayed_weights(lam), optax.scale(-eta))
+def scale_by_lr(eta: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
+    """``u ← −η_k u``: ``optax.scale(−η)`` for a constant schedule; otherwise
+    ``η_k = η(k)`` of ``schedule`` at optax's step count k (0 at the first step)."""
+    if schedule is None or schedule.constant:
+        return optax.scale(-eta)
+    return optax.scale_by_schedule(lambda k: -lr_at(k, eta, schedule))
 
 
-def sgd_gaussian(eta: Scalar, lam: Scalar, sigma: Scalar, key: PRNGKeyArray):
-    """SGD with Gaussian noise: ``θ ← θ − η(∇L + ξ + λθ)``, ``ξ ~ N(0, σ²I)``: the
+def lr_at(k, eta: Scalar, schedule: Schedule | None):
+    """η(k) at a step count ``k`` (an integer array), in η's dtype."""
+    return eta_at(jnp.asarray(k, jnp.result_type(eta)), eta, schedule)
+
+
+def gd(eta: Scalar, lam: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
+    """GD: ``θ ← θ − η_k(∇L + λθ)``, the explicit Euler step (dt = 1) of GF. Also SGD
+    with minibatch gradients (``dynamics.kind = "sgd"``). ``η_k = η`` unless scheduled."""
+    return optax.chain(optax.add_decayed_weights(lam), scale_by_lr(eta, schedule))
+
+
+def sgd_gaussian(
+    eta: Scalar, lam: Scalar, sigma: Scalar, key: PRNGKeyArray, schedule: Schedule | None = None
+):
+    """SGD with Gaussian noise: ``θ ← θ − η_k(∇L + ξ + λθ)``, ``ξ ~ N(0, σ²I)``: the
     Euler–Maruyama step (dt = 1) of SGF."""
     return optax.chain(
-        add_gaussian_noise(sigma, key), optax.add_decayed_weights(lam), optax.scale(-eta)
+        add_gaussian_noise(sigma, key),
+        optax.add_decayed_weights(lam),
+        scale_by_lr(eta, schedule),
     )
 
 
-def momentum(eta: Scalar, lam: Scalar, mu: Scalar) -> optax.GradientTransformation:
-    """Momentum, decoupled decay: ``M ← (1−μ)M + μg``; ``θ ← θ − η(M + λθ)``."""
+def momentum(
+    eta: Scalar, lam: Scalar, mu: Scalar, schedule: Schedule | None = None
+) -> optax.GradientTransformation:
+    """Momentum, decoupled decay: ``M ← (1−μ)M + μg``; ``θ ← θ − η_k(M + λθ)``."""
     return optax.chain(
-        optax.ema(1.0 - mu, debias=False), optax.add_decayed_weights(lam), optax.scale(-eta)
+        optax.ema(1.0 - mu, debias=False),
+        optax.add_decayed_weights(lam),
+        scale_by_lr(eta, schedule),
     )
 
 
-def momentum_coupled(eta: Scalar, lam: Scalar, mu: Scalar) -> optax.GradientTransformation:
-    """Momentum, coupled (L2 in the loss): ``M ← (1−μ)M + μ(g + λθ)``; ``θ ← θ − ηM``."""
+def momentum_coupled(
+    eta: Scalar, lam: Scalar, mu: Scalar, schedule: Schedule | None = None
+) -> optax.GradientTransformation:
+    """Momentum, coupled (L2 in the loss): ``M ← (1−μ)M + μ(g + λθ)``; ``θ ← θ − η_k M``."""
     return optax.chain(
-        optax.add_decayed_weights(lam), optax.ema(1.0 - mu, debias=False), optax.scale(-eta)
+        optax.add_decayed_weights(lam),
+        optax.ema(1.0 - mu, debias=False),
+        scale_by_lr(eta, schedule),
     )
 
 
 def make_optimizer(
-    kind: str, hyper: dict[str, Array], key: PRNGKeyArray
+    kind: str, hyper: dict[str, Array], key: PRNGKeyArray, schedule: Schedule | None = None
 ) -> optax.GradientTransformation:
     """The optimizer of ``dynamics.kind`` with traced hyperparameters ``hyper``
-    (``eta``, ``lam``, ``sigma``, ``mu``) and noise key ``key``."""
+    (``eta``, ``lam``, ``sigma``, ``mu``), noise key ``key`` and learning-rate
+    ``schedule`` (the step from k to k + 1 uses η(k); constant by default)."""
     eta, lam, sigma, mu = hyper["eta"], hyper["lam"], hyper["sigma"], hyper["mu"]
     if kind in ("gd", "sgd"):
-        return gd(eta, lam)
+        return gd(eta, lam, schedule)
     if kind == "sgd_gaussian":
-        return sgd_gaussian(eta, lam, sigma, key)
+        return sgd_gaussian(eta, lam, sigma, key, schedule)
     if kind == "momentum":
-        return momentum(eta, lam, mu)
+        return momentum(eta, lam, mu, schedule)
     if kind == "momentum_coupled":
-        return momentum_coupled(eta, lam, mu)
+        return momentum_coupled(eta, lam, mu, schedule)
+    lr = eta if schedule is None or schedule.constant else (lambda k: lr_at(k, eta, schedule))
     if kind == "adamw":
-        return optax.adamw(learning_rate=eta, weight_decay=lam)
+        return optax.adamw(learning_rate=lr, weight_decay=lam)
     if kind == "adam_l2":
         # L2 in the loss: the decay passes through Adam's normalisation.
-        return optax.chain(optax.add_decayed_weights(lam), optax.adam(learning_rate=eta))
+        return optax.chain(optax.add_decayed_weights(lam), optax.adam(learning_rate=lr))
     raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
 
 

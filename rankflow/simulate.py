@@ -31,6 +31,7 @@ from .flows import drift_field, factor_grads, factors_of, initial_state, noise_t
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
+from .schedules import kinks, schedule_columns, schedule_of, unit_clock
 
 __all__ = [
     "PARAM_KEYS",
@@ -72,6 +73,7 @@ class Program:
     def __post_init__(self):
         self.problem = make_problem(self.point)
         self.ts = np.asarray(vocabulary.save_times(self.point))
+        self.schedule = schedule_of(self.point["dynamics"], float(self.ts[-1]))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
         self._jitted = jax.jit(jax.vmap(self._single))
@@ -198,9 +200,10 @@ class Program:
                 model=self.point["dynamics"]["noise"],
                 problem=self.problem,
                 batch=self.point["dynamics"]["batch"],
+                schedule=self.schedule,
             )
         return solve(
-            drift_field(kind, self.problem),
+            drift_field(kind, self.problem, self.schedule),
             initial_state(kind, theta0),
             (data, hyper),
             ts=self.ts,
@@ -215,16 +218,25 @@ class Program:
             key=noise_key,
             diverge_norm=s["diverge_norm"],
             watched=functools.partial(factors_of, kind),
+            jump_ts=tuple(kinks(self.schedule)),
         )
+
+    def _optimizer(self, kind: str, hyper, key):
+        """``make_optimizer`` of ``kind``, with the learning-rate schedule if any."""
+        if self.schedule.constant:
+            # The constant-η call keeps make_optimizer's three-argument form, which a
+            # stand-in optimizer (tests/test_mutants_discrete.py) also takes.
+            return make_optimizer(kind, hyper, key)
+        return make_optimizer(kind, hyper, key, self.schedule)
 
     def _iterate(self, theta0, data, hyper, noise_key):
         """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
         from ``noise_key``: the observables at the saves
         (:func:`rankflow.optimizers.iterate`)."""
-        opt = make_optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
+        opt = self._optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
         if self.point["dynamics"]["noise"] == "gradient":
             # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.
-            opt = make_optimizer("gd", hyper, noise_key)
+            opt = self._optimizer("gd", hyper, noise_key)
             grad_key = jax.random.fold_in(noise_key, 2)
             noisy_grads = factor_grads(self.problem, w_noise=True)
 
@@ -304,6 +316,11 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
         if k.startswith("solver.") and not program.continuous:
             values = [None] * len(values)  # optimizers use no ODE solver
         cols[k] = np.repeat(values, T)
+    for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
+        cols[k] = np.repeat([v] * n, T)
+    if not program.schedule.constant:
+        clock = unit_clock(program.ts, program.schedule, not program.continuous)
+        cols["lr_clock"] = np.repeat([r["dynamics.eta"] for r in rows], T) * np.tile(clock, n)
     for name in OBSERVABLES:
         cols[name] = out[name].reshape(-1).astype(np.float64)
     sv = out["sv"].reshape(n * T, -1)

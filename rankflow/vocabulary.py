@@ -75,6 +75,9 @@ SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
 SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
 METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
 
+# Learning-rate schedules η(t) = η·s(t) of every optimizer and flow (rankflow.schedules).
+SCHEDULES = ("constant", "warmup_cosine", "linear")
+
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
 # Steps of discrete dynamics are counted in int32 by the compiled loop.
 MAX_STEPS = 2**31 - 1
@@ -145,3 +148,29 @@ def save_times(cfg: Mapping[str, Any]) -> list[float]:
         return [float(t) for t in sv["ts"]]
     t1, num = sv["t1"], sv["num"]
     return [t1 * i / (num - 1) for i in range(num)]
+
+
+def schedule_error(
+    section: str, schedule: str, warmup, final_fraction, t1: float, run: str
+) -> str | None:
+    """The one-line error of a schedule's keys in config section ``section`` (``dynamics``
+    or ``train``) for a run ending at ``t1`` (named by the key ``run``), or None."""
+    if schedule == "constant":
+        for key, value in (("warmup", warmup), ("final_fraction", final_fraction)):
+            if value is not None:
+                return (
+                    f"{section}.{key}: a constant schedule has no {key}; set "
+                    f"{section}.schedule to warmup_cosine or linear, or drop {section}.{key}"
+                )
+        return None
+    if warmup is not None and not 0 <= warmup <= t1:
+        return (
+            f"{section}.warmup: must be in [0, {run} = {t1:g}] steps (warmup cannot exceed "
+            f"the run), got {warmup:g}"
+        )
+    if final_fraction is not None and not 0 <= final_fraction <= 1:
+        return (
+            f"{section}.final_fraction: must be in [0, 1] (η at the end over the peak η), "
+            f"got {final_fraction:g}"
+        )
+    return None

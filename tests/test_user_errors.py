@@ -246,6 +246,61 @@ CASES = [
         "train.steps: at most 2147483647",
         2,
     ),
+    (
+        "warmup longer than the run",
+        _run(*_sets("dynamics.schedule='warmup_cosine'", "dynamics.warmup=10")),
+        "dynamics.warmup: must be in [0, save.t1 = 4] steps (warmup cannot exceed the run)",
+        2,
+    ),
+    (
+        "negative warmup",
+        _run(*_sets("dynamics.schedule='linear'", "dynamics.warmup=-1")),
+        "dynamics.warmup: must be in [0, save.t1 = 4] steps",
+        2,
+    ),
+    (
+        "final fraction above 1",
+        _run(*_sets("dynamics.schedule='linear'", "dynamics.final_fraction=1.5")),
+        "dynamics.final_fraction: must be in [0, 1]",
+        2,
+    ),
+    (
+        "warmup with a constant schedule",
+        _run(*_sets("dynamics.warmup=2")),
+        "dynamics.warmup: a constant schedule has no warmup",
+        2,
+    ),
+    (
+        "unknown schedule",
+        _run(*_sets("dynamics.schedule='cosine'")),
+        "dynamics.schedule: must be one of constant, warmup_cosine, linear (did you mean",
+        2,
+    ),
+    (
+        "attention warmup longer than the run",
+        ["attention", "train", "attention.toml", "--out", "out"]
+        + _sets("dynamics.schedule='warmup_cosine'", "dynamics.warmup=8"),
+        "train.warmup: must be in [0, train.steps = 4] steps",
+        2,
+    ),
+    (
+        "negative learning-rate multiplier",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_v=-0.1"),
+        "train.lr_v: must be a finite number ≥ 0, got -0.1",
+        2,
+    ),
+    (
+        "non-finite learning-rate multiplier",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_vo=inf"),
+        "train.lr_vo: must be finite",
+        2,
+    ),
+    (
+        "multiplier of an unknown group",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_x=0.1"),
+        "train.lr_x: unknown key (did you mean 'train.lr_v'?)",
+        2,
+    ),
 ]
 
 
@@ -287,6 +342,41 @@ PY_CASES = [
     ),
     ("attention μ > 1", lambda: AC.resolve({"train": {"kind": "momentum", "mu": 1.5}}), "train.mu"),
     ("sweep over the limit", lambda: C.resolve(BIG_SWEEP), "RANKFLOW_MAX_RUNS=10000000"),
+    (
+        "image patch not dividing the image",
+        lambda: AC.resolve({"task": {"kind": "images", "image": 16, "patch": 5}}),
+        "task.patch: must divide task.image = 16, one of 1, 2, 4, 8, 16; got 5",
+    ),
+    (
+        "image task with a causal mask",
+        lambda: AC.resolve({"task": {"kind": "images"}, "attention": {"causal": True}}),
+        "attention.causal: the images task uses the bidirectional",
+    ),
+    (
+        "char_lm without its causal mask",
+        lambda: AC.resolve({"attention": {"causal": False}}),
+        "attention.causal: char_lm predicts the next character",
+    ),
+    (
+        "one image class",
+        lambda: AC.resolve({"task": {"kind": "images", "classes": 1}}),
+        "task.classes: must be in 2 … 10",
+    ),
+    (
+        "image patches beyond the position table",
+        lambda: AC.resolve({"task": {"kind": "images", "image": 32}}),
+        "attention.context: must be ≥ 65",
+    ),
+    (
+        "unknown pooling",
+        lambda: AC.resolve({"task": {"kind": "images"}, "attention": {"pooling": "max"}}),
+        "attention.pooling",
+    ),
+    (
+        "image training set smaller than the classes",
+        lambda: AC.resolve({"task": {"kind": "images", "train_size": 5}}),
+        "task.train_size: must be ≥ task.classes = 10",
+    ),
 ]
 
 

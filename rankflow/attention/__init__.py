@@ -7,7 +7,7 @@ a results directory), :func:`load`, :func:`resolve`; the model (:class:`Transfor
 :class:`Model`, :class:`ModelSpec`), tasks (:func:`make_task`), per-head observables
 (:func:`head_observables`, :func:`head_factors`), optimizers with group masks
 (:func:`make_optimizer`, :func:`group_of`), and the theory probes
-(:func:`product_gradients`).
+(:func:`product_gradients`); the image task's baselines (:func:`accuracy_baselines`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .config import resolve as resolve
 from .model import Model as Model
 from .model import ModelSpec as ModelSpec
 from .model import Transformer as Transformer
+from .model import VisionTransformer as VisionTransformer
 from .model import model_spec as model_spec
 from .observables import HEAD_COLUMNS as HEAD_COLUMNS
 from .observables import PAIRS as PAIRS
@@ -31,6 +32,7 @@ from .optimizers import make_optimizer as make_optimizer
 from .program import TRACE_COUNTS as TRACE_COUNTS
 from .program import program_for as program_for
 from .sweep import Results as Results
+from .sweep import accuracy_baselines as accuracy_baselines
 from .sweep import load as load
 from .sweep import validation_baseline as validation_baseline
 from .tasks import make_task as make_task
@@ -47,6 +49,8 @@ __all__ = [
     "Results",
     "TRACE_COUNTS",
     "Transformer",
+    "VisionTransformer",
+    "accuracy_baselines",
     "group_of",
     "head_factors",
     "head_observables",

@@ -40,14 +40,16 @@ from ..schema import (
     gt,
     suggest,
 )
-from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS
+from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, SCHEDULES, schedule_error
 
 __all__ = [
     "ALIASES",
     "ALL_KEYS",
     "DEFAULTS",
     "GROUPS",
+    "FACTORS",
     "KINDS",
+    "LR_KEYS",
     "NUMERIC_KEYS",
     "SCHEMA",
     "TASK_KINDS",
@@ -55,6 +57,7 @@ __all__ = [
     "expand",
     "flatten",
     "lam_of",
+    "lr_of",
     "resolve",
     "save_steps",
     "structure_key",
@@ -66,20 +69,31 @@ __all__ = [
 # the value-output factors (and v/output biases), the MLPs, the embeddings (token or
 # read-in, positions, unembedding or read-out), the LayerNorms.
 GROUPS = ("qk", "vo", "mlp", "embed", "norm")
-TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression")
+# The single factors of the attention pairs (query, key, value, output), each with its
+# own learning-rate multiplier ``train.lr_<factor>`` beside its group's.
+FACTORS = ("q", "k", "v", "o")
+TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression", "images")
+POOLINGS = ("cls", "mean")
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 KINDS = OPTIMIZERS + ("gradient_flow",)
 METHODS = ADAPTIVE_METHODS
 DEFAULT_DECAY = ["qk", "vo", "mlp", "embed"]
 
+# Learning-rate multipliers per group and per attention factor (default 1).
+LR_KEYS = tuple(f"train.lr_{u}" for u in GROUPS + FACTORS)
+
 # Traced inputs of the compiled program: a sweep over any of them compiles once.
 NUMERIC_KEYS = (
-    "seed",
-    "attention.init_scale",
-    "train.eta",
-    "train.mu",
-    "train.lam",
-) + tuple(f"train.lam_{g}" for g in GROUPS)
+    (
+        "seed",
+        "attention.init_scale",
+        "train.eta",
+        "train.mu",
+        "train.lam",
+    )
+    + tuple(f"train.lam_{g}" for g in GROUPS)
+    + LR_KEYS
+)
 
 
 # The core family's names for the same quantities (one vocabulary across families): an
@@ -94,6 +108,9 @@ ALIASES = {
     "save.t1": "train.steps",
     "save.rank_tol": "train.rank_tol",
     "solver.diverge_norm": "train.diverge_norm",
+    "dynamics.schedule": "train.schedule",
+    "dynamics.warmup": "train.warmup",
+    "dynamics.final_fraction": "train.final_fraction",
 }
 
 
@@ -108,6 +125,16 @@ def _groups(value: list[str]) -> str | None:
 
 def _fraction(v):
     return None if 0 < v < 1 else "must be in (0, 1)"
+
+
+def _multiplier(v):
+    return None if 0 <= v < float("inf") else "must be a finite number ≥ 0"
+
+
+def _classes(v):
+    from .images import MAX_CLASSES
+
+    return None if 2 <= v <= MAX_CLASSES else f"must be in 2 … {MAX_CLASSES} (shapes drawn)"
 
 
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -125,6 +152,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
             NUM, 1.0, "attention factors start N(0, init_scale²/D) entrywise", ge(0)
         ),
         "bias_scale": Field(NUM, 0.0, "std of the initial attention biases", ge(0)),
+        "causal": Field(
+            BOOL,
+            None,
+            "causal mask (default: the task's; images: bidirectional, sequences: causal)",
+            optional=True,
+        ),
+        "pooling": Field(
+            STR, "cls", "images: class token (cls) or mean over patches", choice(POOLINGS)
+        ),
     },
     "task": {
         "kind": Field(STR, "char_lm", "what the transformer learns", choice(TASK_KINDS)),
@@ -144,6 +180,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "dim": Field(INT, 4, "in_context_regression: dimension of x", ge(1)),
         "noise": Field(NUM, 0.0, "in_context_regression: std of the label noise", ge(0)),
         "val_size": Field(INT, 256, "sequences of the validation and train-eval sets", ge(1)),
+        "image": Field(INT, 16, "images: side of the square grayscale images, pixels", ge(1)),
+        "patch": Field(INT, 4, "images: side of the square patches (divides task.image)", ge(1)),
+        "classes": Field(INT, 10, "images: shape classes (balanced)", _classes),
+        "train_size": Field(INT, 16384, "images: the fixed training set's size", ge(1)),
+        "pixel_noise": Field(NUM, 0.15, "images: std of the Gaussian pixel noise", ge(0)),
+        "data_seed": Field(
+            INT, 0, "images: PRNG seed of the training and validation images", ge(0)
+        ),
     },
     "train": {
         "kind": Field(
@@ -173,6 +217,45 @@ SCHEMA: dict[str, dict[str, Field]] = {
             )
             for g in GROUPS
         },
+        **{
+            f"lr_{u}": Field(
+                NUM,
+                1.0,
+                f"learning-rate multiplier of group {u}: its whole step, decay included, "
+                "times this (PyTorch's per-group lr; gradient flow: its field)",
+                _multiplier,
+            )
+            for u in GROUPS
+        },
+        **{
+            f"lr_{u}": Field(
+                NUM,
+                1.0,
+                f"learning-rate multiplier of the attention factor W_{u.upper()} (and "
+                f"b_{u.upper()}) alone, times its group's lr_{'qk' if u in 'qk' else 'vo'}",
+                _multiplier,
+            )
+            for u in FACTORS
+        },
+        "schedule": Field(
+            STR,
+            "constant",
+            "learning-rate schedule η(t) = η·s(t): constant, warmup_cosine, linear "
+            "(as dynamics.schedule of the core family; t1 = train.steps)",
+            choice(SCHEDULES),
+        ),
+        "warmup": Field(
+            NUM,
+            None,
+            "warmup steps w of a schedule (default 0), in [0, train.steps]",
+            optional=True,
+        ),
+        "final_fraction": Field(
+            NUM,
+            None,
+            "a schedule's η at train.steps over the peak η, in [0, 1] (default 0)",
+            optional=True,
+        ),
         "mu": Field(NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", gt(0)),
         "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
         "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
@@ -206,7 +289,48 @@ def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
         return "task.seq_len", task["seq_len"]
     if kind == "associative_recall":
         return "task.pairs", 2 * task["pairs"] + 1
+    if kind == "images":  # patches; the class token is checked by check_images
+        return "task.image", (task["image"] // task["patch"]) ** 2
     return "task.points", task["points"]
+
+
+def check_images(a: Mapping[str, Any], t: Mapping[str, Any]) -> None:
+    """The image task's rules and the attention mask's (raises ConfigError)."""
+    if t["kind"] != "images":
+        if t["kind"] == "char_lm" and a["causal"] is False:
+            raise ConfigError(
+                "attention.causal: char_lm predicts the next character at every position, "
+                "so without the causal mask the inputs show the targets; set it to true"
+            )
+        return
+    if a["causal"]:
+        raise ConfigError(
+            "attention.causal: the images task uses the bidirectional vision transformer "
+            "(no mask); set it to false or leave it out"
+        )
+    size, p = t["image"], t["patch"]
+    if size % p:
+        divisors = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
+        raise ConfigError(
+            f"task.patch: must divide task.image = {size}, one of {divisors}; got {p}"
+        )
+    tokens = (size // p) ** 2 + (a["pooling"] == "cls")
+    if tokens > a["context"]:
+        raise ConfigError(
+            f"attention.context: must be ≥ {tokens}, the (task.image / task.patch)² patches"
+            f"{' and the class token' if a['pooling'] == 'cls' else ''} (the rows of the "
+            f"position table); got {a['context']}"
+        )
+    if t["train_size"] < t["classes"]:
+        raise ConfigError(
+            f"task.train_size: must be ≥ task.classes = {t['classes']} (an image of each "
+            f"class); got {t['train_size']}"
+        )
+    if a["tied_embedding"]:
+        raise ConfigError(
+            "attention.tied_embedding: the images task reads pixels in and class logits "
+            "out, so there is no token embedding to tie; set it to false"
+        )
 
 
 def validate(cfg: Mapping[str, Any]) -> None:
@@ -219,6 +343,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
             f"attention.H: must divide attention.D = {a['D']} (d_h = D/H), one of "
             f"{divisors}; got {a['H']}"
         )
+    check_images(a, t)
     field, length = sequence_length(t)
     if length > a["context"]:
         how, most = {
@@ -271,6 +396,11 @@ def validate(cfg: Mapping[str, Any]) -> None:
             f"train.eval_every: must divide train.steps = {tr['steps']} (saves at whole "
             f"multiples), got {tr['eval_every']}"
         )
+    err = schedule_error(
+        "train", tr["schedule"], tr["warmup"], tr["final_fraction"], tr["steps"], "train.steps"
+    )
+    if err:
+        raise ConfigError(err)
     for g in GROUPS:
         lam = tr[f"lam_{g}"]
         if g not in tr["decay"] and lam is not None and lam != 0:
@@ -296,6 +426,11 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
 def lam_of(point: Mapping[str, Any]) -> dict[str, float]:
     """Each group's λ in a resolved point (0 for groups outside ``train.decay``)."""
     return {g: float(point["train"][f"lam_{g}"]) for g in GROUPS}
+
+
+def lr_of(point: Mapping[str, Any]) -> dict[str, float]:
+    """Each group's and attention factor's learning-rate multiplier in a point."""
+    return {u: float(point["train"][f"lr_{u}"]) for u in GROUPS + FACTORS}
 
 
 def resolve(

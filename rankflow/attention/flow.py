@@ -7,6 +7,12 @@ The state is the whole parameter pytree; the field is THEORY.md's
 so the flow at ``t = k`` is what GD approximates after ``k`` steps. T4 per head:
 ``D(t) = e^{−2ηλ t} D(0)`` for both pairs, whatever the rest of the model does, as long
 as the head's factors enter the loss only through their product (no q/k/v biases).
+
+Under a learning-rate schedule η is η(t) (:mod:`rankflow.schedules`) and T4 becomes
+``D(t) = e^{−2λ∫₀ᵗη} D(0)``. Learning-rate multipliers scale the field of their
+parameters, ``dθ/dt = −c η(t)(∇L + λ_g θ)`` (the limit of the scaled optimizer step);
+a pair whose factors have c_A ≠ c_B no longer balances at a closed rate
+(:func:`rankflow.theory.scaled_balance_rate`).
 """
 
 from __future__ import annotations
@@ -17,18 +23,25 @@ import jax
 import numpy as np
 
 from ..flows import Saved, solve
+from ..schedules import Schedule, eta_at, kinks
 
 __all__ = ["gradient_flow_field", "integrate"]
 
 
-def gradient_flow_field(loss: Callable) -> Callable:
-    """``(t, θ, (batch, η, λ)) ↦ −η(∇L(θ; batch) + λθ)``, λ a per-leaf pytree."""
+def gradient_flow_field(loss: Callable, schedule: Schedule | None = None) -> Callable:
+    """``(t, θ, (batch, η, λ[, c])) ↦ −c η(t)(∇L(θ; batch) + λθ)``, λ and the
+    multipliers c per-leaf pytrees (c = 1 when not given), η(t) of ``schedule``."""
     grad = jax.grad(loss)
 
     def field(t, params, args):
-        batch, eta, lam_tree = args
+        batch, eta, lam_tree = args[:3]
+        eta = eta_at(t, eta, schedule)
         g = grad(params, batch)
-        return jax.tree.map(lambda gi, li, pi: -eta * (gi + li * pi), g, lam_tree, params)
+        if len(args) == 3:
+            return jax.tree.map(lambda gi, li, pi: -eta * (gi + li * pi), g, lam_tree, params)
+        return jax.tree.map(
+            lambda gi, li, pi, ci: -(ci * eta) * (gi + li * pi), g, lam_tree, params, args[3]
+        )
 
     return field
 
@@ -47,15 +60,19 @@ def integrate(
     atol: float = 1e-8,
     max_steps: int = 100_000,
     diverge_norm: float | None = None,
+    schedule: Schedule | None = None,
+    lr_tree=None,
 ) -> Saved:
     """Solve the flow from ``params0`` on ``batch`` with an adaptive solver and return
     ``(observe(θ(t)) stacked over ts, reached, max_steps_hit)``; ``reached`` is False
     at saves the solver did not get to: it ran out of steps, or (with ``diverge_norm``)
-    stopped where a parameter entry went beyond ``diverge_norm`` or non-finite."""
+    stopped where a parameter entry went beyond ``diverge_norm`` or non-finite.
+    ``schedule``: η(t); ``lr_tree``: per-leaf learning-rate multipliers (None: 1)."""
+    args = (batch, eta, lam_tree) if lr_tree is None else (batch, eta, lam_tree, lr_tree)
     return solve(
-        gradient_flow_field(loss),
+        gradient_flow_field(loss, schedule),
         params0,
-        (batch, eta, lam_tree),
+        args,
         ts=ts,
         observe=observe,
         method=method,
@@ -63,4 +80,5 @@ def integrate(
         atol=atol,
         max_steps=max_steps,
         diverge_norm=diverge_norm,
+        jump_ts=tuple(kinks(schedule)),
     )

@@ -12,6 +12,13 @@ Blocks are pre-LayerNorm (``x + attn(LN(x))``, ``x + mlp(LN(x))``), the MLP is
 embedding's transpose). Vector tasks read ``R^{d_in}`` in and ``R^{d_out}`` out through
 linear maps in place of the embeddings.
 
+:class:`VisionTransformer` is the image model: the same blocks with the mask off
+(bidirectional), a linear patch embedding of the flattened ``p×p`` patches (with a
+class token when pooling is ``cls``), learned positions, a final LayerNorm, pooling
+(the class token's output, or the mean over patches) and a linear classifier head.
+Its patch embedding, class token, positions and head are named ``embed``, ``pos`` and
+``unembed`` like the sequence model's, so every parameter group carries over.
+
 For the training code the model is a pure function of a parameter pytree (a nested
 dict of arrays, ``nnx.to_pure_dict`` of the model's state): :class:`Model` holds the
 graph and maps ``(params, inputs) → outputs``.
@@ -28,7 +35,18 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, PRNGKeyArray
 
-__all__ = ["Attention", "Block", "Model", "ModelSpec", "Transformer", "model_spec"]
+from .images import patchify
+
+__all__ = [
+    "Attention",
+    "Block",
+    "Model",
+    "ModelSpec",
+    "PatchEmbed",
+    "Transformer",
+    "VisionTransformer",
+    "model_spec",
+]
 
 Params = dict[str, Any]
 
@@ -50,6 +68,10 @@ class ModelSpec:
     vo_bias: bool = False  # biases b_V ∈ R^{H×d_h}, b_O ∈ R^D
     bias_scale: float = 0.0  # std of the initial attention biases
     x64: bool = False
+    causal: bool = True  # attention mask: causal, or none (bidirectional)
+    image: int = 0  # side of the square input images; 0 for sequence tasks
+    patch: int = 0  # side of the square patches
+    pooling: str = "cls"  # image models: class token ("cls") or mean over patches
 
     @property
     def d_h(self) -> int:
@@ -58,6 +80,11 @@ class ModelSpec:
     @property
     def dtype(self):
         return jnp.float64 if self.x64 else jnp.float32
+
+    @property
+    def patches(self) -> int:
+        """Patches per image (0 for sequence models)."""
+        return (self.image // self.patch) ** 2 if self.image else 0
 
 
 def model_spec(point, task) -> ModelSpec:
@@ -77,11 +104,16 @@ def model_spec(point, task) -> ModelSpec:
         vo_bias=a["vo_bias"],
         bias_scale=a["bias_scale"],
         x64=point["x64"],
+        causal=a["causal"] if a["causal"] is not None else not task.image,
+        image=task.image,
+        patch=task.patch,
+        pooling=a["pooling"],
     )
 
 
 class Attention(nnx.Module):
-    """Causal multi-head attention with per-head factor parameters.
+    """Multi-head attention (causal, or bidirectional with ``spec.causal`` off) with
+    per-head factor parameters.
 
     ``W_Q, W_K, W_V`` (H×D×d_h) and ``W_O`` (H×d_h×D) start N(0, init_scale²/D).
     """
@@ -104,6 +136,7 @@ class Attention(nnx.Module):
             self.b_V = nnx.Param(normal((H, d_h), spec.bias_scale))
             self.b_O = nnx.Param(normal((D,), spec.bias_scale))
         self.qk_bias, self.vo_bias, self.d_h = spec.qk_bias, spec.vo_bias, d_h
+        self.causal = spec.causal
 
     def __call__(
         self,
@@ -129,9 +162,10 @@ class Attention(nnx.Module):
                 "btd,hde,bse->bhts", x_BxTxD, probe_qk_HxDxD, x_BxTxD
             )
         scores_BxHxTxT = scores_BxHxTxT / np.sqrt(self.d_h)
-        causal_TxT = jnp.tril(jnp.ones((T, T), bool))
-        neg = jnp.finfo(scores_BxHxTxT.dtype).min
-        scores_BxHxTxT = jnp.where(causal_TxT[None, None], scores_BxHxTxT, neg)
+        if self.causal:
+            causal_TxT = jnp.tril(jnp.ones((T, T), bool))
+            neg = jnp.finfo(scores_BxHxTxT.dtype).min
+            scores_BxHxTxT = jnp.where(causal_TxT[None, None], scores_BxHxTxT, neg)
         att_BxHxTxT = jax.nn.softmax(scores_BxHxTxT, axis=-1)
         z_BxHxTxd = jnp.einsum("bhts,bhse->bhte", att_BxHxTxT, v_BxHxTxd)
         out_BxTxD = jnp.einsum("bhte,hed->btd", z_BxHxTxd, self.W_O[...])
@@ -205,22 +239,82 @@ class Transformer(nnx.Module):
         return self.embed.attend(x_BxTxD) if self.tied else self.unembed(x_BxTxD)
 
 
+class PatchEmbed(nnx.Module):
+    """A linear map of each flattened ``p×p`` patch to ``R^D`` (with bias), and the
+    class token (``cls``, D entries N(0, 1/D)) prepended when pooling is ``cls``."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        kw = {"dtype": spec.dtype, "param_dtype": spec.dtype, "rngs": rngs}
+        self.proj = nnx.Linear(spec.patch * spec.patch, spec.D, **kw)
+        if spec.pooling == "cls":
+            self.cls = nnx.Param(
+                jax.random.normal(rngs.params(), (spec.D,), spec.dtype) / np.sqrt(spec.D)
+            )
+        self.patch, self.with_cls = spec.patch, spec.pooling == "cls"
+
+    def __call__(self, images_BxSxS: Float[Array, "B S S"]) -> Float[Array, "B T D"]:
+        x_BxNxD = self.proj(patchify(images_BxSxS, self.patch))
+        if not self.with_cls:
+            return x_BxNxD
+        B, _, D = x_BxNxD.shape
+        cls_Bx1xD = jnp.broadcast_to(self.cls[...][None, None], (B, 1, D))
+        return jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
+
+
+class VisionTransformer(nnx.Module):
+    """Patch embedding (+ class token) + learned positions, ``layers`` bidirectional
+    blocks, a final LayerNorm, pooling and a linear classifier head (``unembed``)."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, init_scale=1.0):
+        D, dtype = spec.D, spec.dtype
+        kw = {"dtype": dtype, "param_dtype": dtype, "rngs": rngs}
+        self.embed = PatchEmbed(spec, rngs=rngs)
+        self.pos = nnx.Param(
+            jax.random.normal(rngs.params(), (spec.context, D), dtype) / np.sqrt(D)
+        )
+        self.blocks = nnx.List(
+            [Block(spec, rngs=rngs, init_scale=init_scale) for _ in range(spec.layers)]
+        )
+        self.ln_f = nnx.LayerNorm(D, **kw)
+        self.unembed = nnx.Linear(D, spec.d_out, use_bias=False, **kw)
+        self.pooling = spec.pooling
+
+    def __call__(self, images, probes: dict[str, Array] | None = None) -> Float[Array, "B 1 K"]:
+        """``images``: (B, S, S); ``probes`` as for :class:`Transformer`. Returns the
+        class logits as one position, (B, 1, classes), the layout of a sequence task's
+        outputs with the label at its only position."""
+        x_BxTxD = self.embed(images)
+        x_BxTxD = x_BxTxD + self.pos[...][: x_BxTxD.shape[1]][None]
+        for l, block in enumerate(self.blocks):
+            pq = None if probes is None else probes["qk"][l]
+            pv = None if probes is None else probes["vo"][l]
+            x_BxTxD = block(x_BxTxD, pq, pv)
+        x_BxTxD = self.ln_f(x_BxTxD)
+        if self.pooling == "cls":
+            pooled_BxD = x_BxTxD[:, 0]
+        else:
+            pooled_BxD = jnp.mean(x_BxTxD, axis=1)
+        return self.unembed(pooled_BxD)[:, None, :]
+
+
 class Model:
     """The transformer of a :class:`ModelSpec` as pure functions of a parameter pytree
     (a nested dict of arrays: ``params["blocks"][l]["attn"]["W_Q"]`` …)."""
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec
+        # Image specs get the vision transformer, sequence specs the decoder.
+        self.network = VisionTransformer if spec.image else Transformer
         with jax.enable_x64(spec.x64):
-            abstract = nnx.eval_shape(lambda: Transformer(spec, rngs=nnx.Rngs(0)))
+            abstract = nnx.eval_shape(lambda: self.network(spec, rngs=nnx.Rngs(0)))
         self.graphdef, self._template = nnx.split(abstract)
 
     def init(self, key: PRNGKeyArray, init_scale=1.0) -> Params:
         """Fresh parameters (jittable, vmappable in ``key`` and ``init_scale``)."""
-        model = Transformer(self.spec, rngs=nnx.Rngs(key), init_scale=init_scale)
+        model = self.network(self.spec, rngs=nnx.Rngs(key), init_scale=init_scale)
         return nnx.to_pure_dict(nnx.state(model))
 
-    def module(self, params: Params) -> Transformer:
+    def module(self, params: Params) -> Transformer | VisionTransformer:
         state = jax.tree.map(lambda x: x, self._template)
         nnx.replace_by_pure_dict(state, params)
         return nnx.merge(self.graphdef, state)

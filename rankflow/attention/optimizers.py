@@ -9,6 +9,11 @@ Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η)
 - ``adamw``: Adam's direction; the chain is exactly ``optax.adamw`` with a mask.
 
 η, λ_g and μ are traced (one compilation serves a sweep of them); the masks are static.
+
+Learning-rate multipliers (``train.lr_<group>``, ``train.lr_<factor>`` for q, k, v, o):
+a leaf's step is ``θ ← θ − c·η_k(u + λ_g θ)`` with ``c`` its group's multiplier times its
+factor's (PyTorch's per-group lr: the decoupled decay is scaled too); traced, 1 by
+default. ``η_k = η(k)`` under a schedule (:mod:`rankflow.schedules`), else η.
 """
 
 from __future__ import annotations
@@ -18,9 +23,20 @@ from collections.abc import Mapping, Sequence
 import jax
 import optax
 
-from .config import GROUPS
+from ..optimizers import scale_by_lr
+from ..schedules import Schedule
+from .config import FACTORS, GROUPS
 
-__all__ = ["group_of", "group_tree", "make_optimizer", "mask", "per_leaf_lam"]
+__all__ = [
+    "factor_of",
+    "group_of",
+    "group_tree",
+    "make_optimizer",
+    "mask",
+    "per_leaf_lam",
+    "per_leaf_lr",
+    "scale_per_leaf",
+]
 
 _QK = ("W_Q", "W_K", "b_Q", "b_K")
 _VO = ("W_V", "W_O", "b_V", "b_O")
@@ -46,6 +62,36 @@ def group_of(path) -> str:
     elif names[0] in ("embed", "pos", "unembed"):
         return "embed"
     raise ValueError(f"no parameter group for {'/'.join(names)}")
+
+
+def factor_of(path) -> str | None:
+    """The attention factor (q, k, v, o) of a parameter (its weight or bias), else None."""
+    names = [_name(e) for e in path]
+    if "attn" not in names or names[-1] not in _QK + _VO:
+        return None
+    return names[-1][-1].lower()
+
+
+def per_leaf_lr(params, lr: Mapping[str, object]):
+    """Each leaf's learning-rate multiplier: ``lr[group]``, times ``lr[factor]`` for the
+    attention factors (``lr`` keyed by :data:`GROUPS` and :data:`FACTORS`)."""
+
+    def leaf(path, _):
+        c = lr[group_of(path)]
+        factor = factor_of(path)
+        return c if factor is None else c * lr[factor]
+
+    return jax.tree_util.tree_map_with_path(leaf, params)
+
+
+def scale_per_leaf(scales) -> optax.GradientTransformation:
+    """``u ← c u`` leaf by leaf, ``c`` a pytree of (traced) scalars like the updates."""
+
+    def update_fn(updates, state, params=None):
+        del params
+        return jax.tree.map(lambda u, c: c * u, updates, scales), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
 def group_tree(params):
@@ -75,10 +121,12 @@ def make_optimizer(
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-8,
+    schedule: Schedule | None = None,
 ) -> optax.GradientTransformation:
     """The optimizer ``kind`` (sgd, momentum, adamw) for parameters shaped like
-    ``params``, with ``hyper`` holding traced ``eta``, ``mu`` and ``lam_<group>``, and
-    decay on the groups ``decay`` only."""
+    ``params``, with ``hyper`` holding traced ``eta``, ``mu``, ``lam_<group>`` and
+    (optionally) the multipliers ``lr_<group>``, ``lr_<factor>``, decay on the groups
+    ``decay`` only and η following ``schedule``."""
     if kind == "sgd":
         direction = optax.identity()
     elif kind == "momentum":
@@ -92,4 +140,9 @@ def make_optimizer(
         for g in GROUPS
         if g in decay
     ]
-    return optax.chain(direction, *decays, optax.scale(-hyper["eta"]))
+    lr_keys = [f"lr_{u}" for u in GROUPS + FACTORS]
+    multipliers = []
+    if all(k in hyper for k in lr_keys):
+        lr = {u: hyper[f"lr_{u}"] for u in GROUPS + FACTORS}
+        multipliers = [scale_per_leaf(per_leaf_lr(params, lr))]
+    return optax.chain(direction, *decays, *multipliers, scale_by_lr(hyper["eta"], schedule))

@@ -8,7 +8,8 @@ pytrees of ``nnx.split`` stacked along a leading run axis).
 A run saves, at steps 0, eval_every, …, steps: every per-head observable of both pairs
 (:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
 fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequences) and
-``val_loss`` (the fixed validation set).
+``val_loss`` (the fixed validation set); classification tasks (images) also save
+``train_accuracy`` and ``val_accuracy`` on the same sets.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from ..engine import programs
 from ..engine.plan import shard
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
+from ..schedules import schedule_of
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec
 from .observables import head_factors, head_observables
-from .optimizers import make_optimizer, per_leaf_lam
-from .tasks import make_task
+from .optimizers import make_optimizer, per_leaf_lam, per_leaf_lr
+from .tasks import accuracy, make_task
 from .train import iterate, loss_fn
 
 __all__ = ["PARAM_KEYS", "STATUS", "TRACE_COUNTS", "Program", "params_of", "program_for"]
@@ -44,7 +46,8 @@ class Program:
     :data:`PARAM_KEYS`) and returns numpy arrays: each of
     :data:`.observables.HEAD_COLUMNS` with shape (runs, saves, layers, H, 2) (pairs
     last), ``sv`` (runs, saves, layers, H, 2, d_h),
-    ``train_loss``, ``val_loss`` and ``status`` (runs, saves)."""
+    ``train_loss``, ``val_loss``, (classification tasks) ``train_accuracy``,
+    ``val_accuracy``, and ``status`` (runs, saves)."""
 
     point: dict[str, Any]
     key: str
@@ -59,6 +62,7 @@ class Program:
         self.kind = pt["train"]["kind"]
         self.decay = tuple(pt["train"]["decay"])
         self.steps = np.asarray(config_lib.save_steps(pt))
+        self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
         self._jitted = jax.jit(self._batch)
@@ -72,14 +76,15 @@ class Program:
         return self.kind == "gradient_flow"
 
     def data(self) -> dict[str, Any]:
-        """Everything the runs share: char_lm's training split and the fixed
-        evaluation sets."""
+        """Everything the runs share: char_lm's training split or the image task's
+        training set, and the fixed evaluation sets."""
         with jax.enable_x64(self.spec.x64):
             out: dict[str, Any] = {"val": self.task.eval_set("val", self.dtype)}
             if not self.continuous:
                 out["train_eval"] = self.task.eval_set("train", self.dtype)
-            if self.task.kind == "char_lm":
-                out["train"] = jnp.asarray(self.task.splits()["train"])
+            train = self.task.train_data(self.dtype)
+            if train is not None:
+                out["train"] = train
             return out
 
     def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -101,6 +106,7 @@ class Program:
         """The optimizer's traced hyperparameters of one run."""
         out = {"eta": p["train.eta"], "mu": p["train.mu"]}
         out.update({f"lam_{g}": p[f"train.lam_{g}"] for g in config_lib.GROUPS})
+        out.update({f"lr_{u}": p[f"train.lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS})
         return out
 
     def keys(self, seed):
@@ -135,6 +141,10 @@ class Program:
             out = {"factors": head_factors(params, layers)}
             out["train_loss"] = self.loss(params, train_set)
             out["val_loss"] = self.loss(params, data["val"])
+            if task.classifier:
+                for split, batch in (("train", train_set), ("val", data["val"])):
+                    logits = self.model.apply(params, batch["inputs"])
+                    out[f"{split}_accuracy"] = accuracy(logits, batch)
             out["_max_abs"] = jnp.max(
                 jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(params)])
             )
@@ -145,6 +155,7 @@ class Program:
             s = pt["solver"]
             lam = {g: hyper[f"lam_{g}"] for g in config_lib.GROUPS}
             lam_tree = per_leaf_lam(params0, lam, self.decay)
+            lr = {u: hyper[f"lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS}
             obs, reached, max_steps_hit = integrate(
                 self.loss,
                 lam_tree,
@@ -158,10 +169,19 @@ class Program:
                 atol=s["atol"],
                 max_steps=s["max_steps"],
                 diverge_norm=tr["diverge_norm"],
+                schedule=self.schedule,
+                lr_tree=per_leaf_lr(params0, lr),
             )
         else:
             opt = make_optimizer(
-                self.kind, params0, hyper, self.decay, b1=tr["b1"], b2=tr["b2"], eps=tr["eps"]
+                self.kind,
+                params0,
+                hyper,
+                self.decay,
+                b1=tr["b1"],
+                b2=tr["b2"],
+                eps=tr["eps"],
+                schedule=self.schedule,
             )
             obs, reached, max_steps_hit = iterate(
                 self.loss,

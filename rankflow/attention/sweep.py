@@ -16,7 +16,8 @@ moment and resumed ends with exactly the rows of an uninterrupted one.
 ``heads``: one row per run × saved step × layer × head × pair, with the run's numeric
 hyperparameters (each group's λ as ``train.lam_<group>``), its structure, and every
 per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``).
-``loss``: one row per run × saved step: ``train_loss``, ``val_loss``.
+``loss``: one row per run × saved step: ``train_loss``, ``val_loss`` (and, for the
+images task, ``train_accuracy``, ``val_accuracy``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,21 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
+from ..schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
 
-__all__ = ["ATTENTION", "LOSS", "Results", "execute", "load", "plan", "validation_baseline"]
+__all__ = [
+    "ATTENTION",
+    "LOSS",
+    "Results",
+    "accuracy_baselines",
+    "execute",
+    "load",
+    "plan",
+    "validation_baseline",
+]
 
 LOSS = "loss.parquet"
 # Runs per chunk by default: each chunk trains one vmapped batch of models.
@@ -71,6 +82,7 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     out = program.run(engine.pad_runs(rows, PARAM_KEYS, pad_to))
     out = {k: v[: len(rows)] for k, v in out.items()}
     steps = program.steps
+    axes = getattr(points, "axes", ())
     n, S = len(rows), len(steps)
     L, H = program.spec.layers, program.spec.H
 
@@ -85,10 +97,18 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
             ),
         }
         for k in PARAM_KEYS:
+            if k in config_lib.LR_KEYS and k not in axes and all(r[k] == 1 for r in rows):
+                continue  # a multiplier is a column only where it is used: swept or ≠ 1
             cols[k] = np.repeat([r[k] for r in rows], S * per_save)
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
             cols[k] = np.repeat(flat, S * per_save)
+        for k, v in schedule_columns("train", program.point["train"]).items():
+            cols[k] = np.repeat([v] * n, S * per_save)
+        if not program.schedule.constant:
+            clock = unit_clock(steps, program.schedule, not program.continuous)
+            eta = np.repeat([r["train.eta"] for r in rows], S * per_save)
+            cols["lr_clock"] = eta * np.tile(np.repeat(clock, per_save), n)
         return cols
 
     per = L * H * 2
@@ -106,6 +126,9 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     loss = run_columns(1)
     loss["train_loss"] = out["train_loss"].reshape(-1).astype(np.float64)
     loss["val_loss"] = out["val_loss"].reshape(-1).astype(np.float64)
+    for name in ("train_accuracy", "val_accuracy"):
+        if name in out:
+            loss[name] = out[name].reshape(-1).astype(np.float64)
     return Results(pd.DataFrame(heads), pd.DataFrame(loss))
 
 
@@ -163,6 +186,16 @@ def validation_baseline(path: str | Path) -> float | None:
     cfg = json.loads((Path(path) / store.CONFIG).read_text())["config"]
     task = make_task(config_lib.expand(cfg)[0])
     return task.unigram_entropy("val") if task.kind == "char_lm" else None
+
+
+def accuracy_baselines(path: str | Path) -> dict[str, float] | None:
+    """images: chance and the linear baseline's accuracies (:meth:`.tasks.Task.baselines`)
+    of a results directory's config; None for the other tasks."""
+    from .tasks import make_task
+
+    cfg = json.loads((Path(path) / store.CONFIG).read_text())["config"]
+    task = make_task(config_lib.expand(cfg)[0])
+    return task.baselines() if task.classifier else None
 
 
 def load(path: str | Path, *, strict: bool = False) -> Results:

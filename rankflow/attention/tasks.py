@@ -19,9 +19,16 @@ Kinds:
 - ``in_context_regression``: ``(x₁, y₁) … (x_{N−1}, y_{N−1}) (x_N, 0)`` with
   ``x ~ N(0, I_d)``, one ``w ~ N(0, I_d/d)`` per sequence, ``y = wᵀx + noise·ε``; the
   model reads ``[x_i, y_i] ∈ R^{d+1}`` per position and predicts ``y_N`` at the last one.
+- ``images``: classify ``image × image`` grayscale images of procedurally drawn shapes
+  (:mod:`.images`) into ``classes`` classes, with the vision transformer. A fixed
+  training set of ``train_size`` images and a validation set of ``val_size`` images are
+  drawn from ``data_seed`` (the same for every run); minibatches are drawn from the
+  training set with replacement. ``inputs`` are images ``(B, S, S)``, ``targets`` the
+  labels ``(B, 1)`` and ``weights`` ones ``(B, 1)``: one labelled position per image.
 
-The losses are means over the weighted positions: cross-entropy for token tasks,
-``½(ŷ − y)²`` for regression.
+The losses are means over the weighted positions: cross-entropy for token tasks and
+images, ``½(ŷ − y)²`` for regression; classification tasks (:attr:`Task.classifier`)
+also report the accuracy (:func:`accuracy`).
 """
 
 from __future__ import annotations
@@ -37,8 +44,11 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .images import linear_baseline, render
+
 __all__ = [
     "Task",
+    "accuracy",
     "corpus",
     "corpus_split_sizes",
     "loss",
@@ -98,10 +108,46 @@ class Task:
     points: int = 0
     dim: int = 0
     noise: float = 0.0
+    image: int = 0  # images: side in pixels (0 for sequence tasks)
+    patch: int = 0
+    classes: int = 0
+    train_size: int = 0
+    pixel_noise: float = 0.0
+    data_seed: int = 0
 
     @property
     def tokens(self) -> bool:
         return self.kind != "in_context_regression"
+
+    @property
+    def classifier(self) -> bool:
+        """One label per input: the accuracy is reported beside the loss."""
+        return self.kind == "images"
+
+    # -- the image task's fixed data sets ----------------------------------------------
+
+    def images(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """images: the fixed ``"train"`` (``train_size``) or ``"val"`` (``val_size``)
+        images and labels, drawn from ``data_seed``."""
+        n = self.train_size if split == "train" else self.val_size
+        return _rendered(
+            self.data_seed, split, n, self.image, self.classes, float(self.pixel_noise)
+        )
+
+    def baselines(self) -> dict[str, float]:
+        """images: chance (1/classes) and the validation accuracy of multinomial
+        logistic regression on the pixels, fitted to the training set
+        (:func:`.images.linear_baseline`)."""
+        return linear_baseline(self.images("train"), self.images("val"), self.classes)
+
+    def train_data(self, dtype) -> Any:
+        """What :meth:`sample` draws from, shared by every run: char_lm's training ids,
+        the image task's training set (a batch); None for the other tasks."""
+        if self.kind == "char_lm":
+            return jnp.asarray(self.splits()["train"])
+        if self.kind == "images":
+            return _labelled(*self.images("train"), dtype)
+        return None
 
     # -- data that does not depend on the run ------------------------------------------
 
@@ -123,7 +169,11 @@ class Task:
     def eval_set(self, split: str, dtype) -> Batch:
         """The fixed evaluation set of ``split`` (``"val"`` or ``"train"``): char_lm:
         up to ``val_size`` evenly spaced windows of that split; synthetic tasks:
-        ``val_size`` sequences from a fixed key (the same for every run)."""
+        ``val_size`` sequences from a fixed key (the same for every run); images: the
+        validation set, or the first ``val_size`` training images."""
+        if self.kind == "images":
+            images, labels = self.images(split)
+            return _labelled(images[: self.val_size], labels[: self.val_size], dtype)
         if self.kind == "char_lm":
             ids = self.splits()[split]
             span = self.seq_len + 1
@@ -138,7 +188,11 @@ class Task:
 
     def sample(self, key: PRNGKeyArray, batch: int, data: Mapping[str, Array], dtype) -> Batch:
         """``batch`` fresh training sequences; ``data["train"]`` is char_lm's training
-        split (as from :meth:`splits`)."""
+        split and the image task's training set (as from :meth:`train_data`)."""
+        if self.kind == "images":
+            train = data["train"]
+            idx = jax.random.randint(key, (batch,), 0, train["targets"].shape[0])
+            return jax.tree.map(lambda x: x[idx], train)
         if self.kind == "char_lm":
             ids = data["train"]
             span = self.seq_len + 1
@@ -182,6 +236,21 @@ class Task:
         return {"inputs": inputs, "targets": y * last, "weights": last}
 
 
+@functools.cache
+def _rendered(data_seed: int, split: str, n: int, size: int, classes: int, noise: float):
+    stream = 0 if split == "train" else 1
+    return render((data_seed, stream), n, size=size, classes=classes, noise=noise)
+
+
+def _labelled(images, labels, dtype) -> Batch:
+    n = len(labels)
+    return {
+        "inputs": jnp.asarray(images, dtype),
+        "targets": jnp.asarray(labels, jnp.int32)[:, None],
+        "weights": jnp.ones((n, 1), dtype),
+    }
+
+
 def _next_token(windows, dtype) -> Batch:
     inputs, targets = windows[:, :-1], windows[:, 1:]
     return {
@@ -223,6 +292,20 @@ def make_task(point: Mapping[str, Any]) -> Task:
             values=t["values"],
             **common,
         )
+    if kind == "images":
+        return Task(
+            seq_len=(t["image"] // t["patch"]) ** 2,
+            vocab=0,
+            d_in=0,
+            d_out=t["classes"],
+            image=t["image"],
+            patch=t["patch"],
+            classes=t["classes"],
+            train_size=t["train_size"],
+            pixel_noise=t["pixel_noise"],
+            data_seed=t["data_seed"],
+            **common,
+        )
     return Task(
         seq_len=t["points"],
         vocab=0,
@@ -244,3 +327,10 @@ def loss(task: Task, outputs: Float[Array, "B T V"], batch: Batch) -> Float[Arra
     else:
         per = 0.5 * (outputs[..., 0] - batch["targets"]) ** 2
     return jnp.sum(w * per) / jnp.sum(w)
+
+
+def accuracy(outputs: Float[Array, "B T V"], batch: Batch) -> Float[Array, ""]:
+    """The weighted fraction of positions whose largest logit is the target's."""
+    w = batch["weights"]
+    hit = (jnp.argmax(outputs, axis=-1) == batch["targets"]).astype(w.dtype)
+    return jnp.sum(w * hit) / jnp.sum(w)

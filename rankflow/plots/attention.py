@@ -148,7 +148,8 @@ def attention_balance_figure(
     momentum (THEORY.md T5, leading term; the O(η²) term and minibatch noise make the
     measured gap level off), ``e^{−2ηλt}`` for gradient flow (T4, exact); for AdamW,
     dotted, ``(1 − ηλ)^{2k}`` of its decoupled decay alone (no theorem). λ is the pair's
-    own λ.
+    own λ. Under a learning-rate schedule (the table's ``lr_clock``) the lines are
+    ``e^{−2λ∫η}`` (T4, exact) and ``e^{−2λΣη_k}`` (T5's leading term to O(η²λ²)).
     """
     tables = [t.reset_index(drop=True) for t in tables]
     fig = Figure(figsize=(5.2 * len(tables), 9.0), layout="constrained")
@@ -158,6 +159,7 @@ def attention_balance_figure(
         kind = str(df["train.kind"].iloc[0])
         eta = float(df["train.eta"].iloc[0])
         labels = _head_labels(df)
+        clock = _clock_by_t(df)
         colors = palette(len(labels), numeric=True)
         for i, pair in enumerate(("qk", "vo")):
             ax = axes[i, j]
@@ -183,15 +185,13 @@ def attention_balance_figure(
                 t, gap = line.get_data()
                 measured.append(np.asarray(gap, float))
                 t = np.asarray(t, float)
-                if kind == "gradient_flow":
-                    theory = gap[0] * np.exp(-2 * eta * lam * (t - t[0]))
-                    ls = "--"
-                else:
-                    theory = gap[0] * (1 - eta * lam) ** (2 * (t - t[0]))
-                    ls = ":" if kind == "adamw" else "--"
+                theory = gap[0] * _balance_law(kind, eta, lam, t, clock)
+                ls = ":" if kind == "adamw" else "--"
                 # Theory on top, thin and dark: where it is exact it hides in the line.
                 ax.plot(t, mask_log(theory, True), ls, color="0.1", lw=0.9, zorder=3)
-            if kind == "gradient_flow":
+            if clock is not None:
+                law = _scheduled_law(kind, df)
+            elif kind == "gradient_flow":
                 law = r"T4: gap$(0)\,e^{-2\eta\lambda t}$ (theory, exact)"
             elif kind == "adamw":
                 law = r"gap$(0)\,(1-\eta\lambda)^{2k}$: the decoupled decay alone (no theorem)"
@@ -364,3 +364,34 @@ def attention_ablation_figure(
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+def _clock_by_t(df: pd.DataFrame):
+    """``t ↦ lr_clock`` of a table with a learning-rate schedule (None: constant)."""
+    if "lr_clock" not in df.columns or df["lr_clock"].isna().all():
+        return None
+    return df.groupby("t")["lr_clock"].first()
+
+
+def _balance_law(kind: str, eta: float, lam: float, t: np.ndarray, clock) -> np.ndarray:
+    """The balance gap over its value at ``t[0]``: T4's ``e^{−2ηλt}`` for gradient flow,
+    T5's leading term ``(1 − ηλ)^{2k}`` for the optimizers; under a schedule
+    ``e^{−2λ·lr_clock}`` (exact for the flow; for the optimizers
+    ``Π(1 − η_kλ)²`` to O(η²λ²) per step)."""
+    if clock is not None:
+        c = clock.reindex(t).to_numpy(float)
+        return np.exp(-2 * lam * (c - c[0]))
+    if kind == "gradient_flow":
+        return np.exp(-2 * eta * lam * (t - t[0]))
+    return (1 - eta * lam) ** (2 * (t - t[0]))
+
+
+def _scheduled_law(kind: str, df: pd.DataFrame) -> str:
+    row = df.iloc[0]
+    name = (
+        f"{row['train.schedule']}, warmup {row['train.warmup']:g}, "
+        f"final {row['train.final_fraction']:g}"
+    )
+    if kind == "gradient_flow":
+        return rf"T4: gap$(0)\,e^{{-2\lambda\int\eta}}$ ({name}; exact)"
+    return rf"gap$(0)\,e^{{-2\lambda\sum_k\eta_k}}$ ({name}; T5's leading term)"

@@ -102,6 +102,16 @@ def run_columns(df: pd.DataFrame) -> list[str]:
     return [k for k in RUN_KEYS if k in df.columns]
 
 
+def lr_clock(df: pd.DataFrame, eta_col: str) -> pd.Series:
+    """The learning rate accumulated by each row's time: the ``lr_clock`` column of a
+    table with a learning-rate schedule (∫η for flows, Σ_{k<t} η_k for optimizers),
+    else ``η·t``."""
+    if "lr_clock" in df.columns:
+        clock = df["lr_clock"].astype(float)
+        return clock.where(clock.notna(), df[eta_col].astype(float) * df["t"].astype(float))
+    return df[eta_col].astype(float) * df["t"].astype(float)
+
+
 def ok_values(df: pd.DataFrame, y: str) -> pd.Series:
     """``df[y]`` as floats, NaN where the run was not ``ok`` (diverged, max_steps)."""
     v = pd.to_numeric(df[y], errors="coerce").astype(float)

@@ -14,6 +14,7 @@ from matplotlib.lines import Line2D
 from .common import (
     axis_label,
     draw_median,
+    lr_clock,
     ok_values,
     palette,
     run_columns,
@@ -112,8 +113,9 @@ def balance_figure(
       (a) ``nuclear_norm`` (solid) and ``l2_penalty`` (dashed) against t: for λ > 0
           they meet (T1: equality iff balanced);
       (b) ``balance_gap`` (solid) and ``frob_minus_nuc`` (dotted) against t on a log
-          axis, with the T4 prediction ``balance_gap(t₀)·exp(−2ηλ(t − t₀))`` dashed
-          grey per λ (t₀ the first saved time; η from ``dynamics.eta``, per run);
+          axis, with the T4 prediction ``balance_gap(t₀)·exp(−2λ∫_{t₀}^t η)`` dashed
+          grey per λ (t₀ the first saved time; η from ``dynamics.eta``, per run, and
+          ∫η = η(t − t₀) unless the table holds a learning-rate schedule);
       (c) each run's final singular values ``sv_i`` (at its last t, runs not ``ok``
           there left out) against λ, and — when ``target_sv`` (the singular values
           ``s_i`` of the target) is given — the T3 soft-thresholding prediction
@@ -168,7 +170,7 @@ def balance_figure(
 
 
 def _t4_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
-    """Per-run T4 prediction gap(t₀)·e^{−2ηλ(t−t₀)} (t₀: the run's first finite gap), kept
+    """Per-run T4 prediction gap(t₀)·e^{−2λ∫_{t₀}^t η} (t₀: the run's first finite gap), kept
     only where the measurement exists so that the median runs over the same runs as the
     measured curve."""
     runs = run_columns(df)
@@ -176,8 +178,18 @@ def _t4_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
     finite = pd.DataFrame({"rid": rid, "t": df["t"], "gap": gap})[np.isfinite(gap)]
     start = finite.sort_values("t").groupby("rid").first()  # each run's first finite gap
     t0, gap0 = rid.map(start["t"]), rid.map(start["gap"])
-    rate = 2.0 * df["dynamics.eta"].astype(float) * df["dynamics.lam"].astype(float)
-    return (gap0 * np.exp(-rate * (df["t"] - t0))).where(np.isfinite(gap))
+    # ∫η: ηt, or the table's clock of the run's learning-rate schedule (T4 scheduled).
+    clock = lr_clock(df, "dynamics.eta")
+    lam = df["dynamics.lam"].astype(float)
+    return (gap0 * np.exp(-2.0 * lam * (clock - _at_start(rid, df["t"], t0, clock)))).where(
+        np.isfinite(gap)
+    )
+
+
+def _at_start(rid: pd.Series, t: pd.Series, t0: pd.Series, values: pd.Series) -> pd.Series:
+    """Each row's run's ``values`` at the run's time ``t0``."""
+    at = values[t == t0]
+    return rid.map(pd.Series(at.to_numpy(), index=rid[t == t0].to_numpy()).groupby(level=0).first())
 
 
 def _label_norms_panel(ax_a: Axes, lam_handles: list[Line2D]) -> None:

@@ -22,6 +22,11 @@ Where each item of THEORY.md lives:
 - T5, GD: ``D_{k+1} = (1−ηλ)² D_k + η²(BᵀGᵀGB − AᵀGGᵀA)``: :func:`gd_balance_step`,
   :func:`gd_contraction`, :func:`gd_balance_rate`; the late rate near a balanced
   minimum: :func:`gd_rate_bracket`.
+- T4 and T5 under a learning-rate schedule (``D(t) = e^{−2λ∫η}D(0)``; T5 with η_k):
+  :func:`gf_balance_scheduled`, :func:`gf_balance_gap_scheduled`,
+  :func:`scheduled_balance_exponent`, :func:`gd_scheduled_contraction`; per-factor
+  learning-rate multipliers (``d/dt(AᵀA/c_A − BᵀB/c_B) = −2ηλD``):
+  :func:`scaled_balance`, :func:`scaled_balance_rate`.
 - T6, SGF: ``E[D(t)]`` in closed form: :func:`sgf_mean_balance`,
   :func:`sgf_mean_balance_trace`; the stationary ``E‖D‖_F²``: :func:`sgf_floor`.
 - T7, decoupled momentum flow, ``dD/dt`` and ``dE/dt``: :func:`momentum_balance_rates`;
@@ -75,8 +80,20 @@ from ._nuclear import ridge_minimisers as ridge_minimisers
 from ._nuclear import svt as svt
 from ._nuclear import t1_gap as t1_gap
 from ._nuclear import t2_bound as t2_bound
+from ._schedule import gd_scheduled_contraction as gd_scheduled_contraction
+from ._schedule import gf_balance_gap_scheduled as gf_balance_gap_scheduled
+from ._schedule import gf_balance_scheduled as gf_balance_scheduled
+from ._schedule import scaled_balance as scaled_balance
+from ._schedule import scaled_balance_rate as scaled_balance_rate
+from ._schedule import scheduled_balance_exponent as scheduled_balance_exponent
 
 __all__ = [
+    "gd_scheduled_contraction",
+    "gf_balance_gap_scheduled",
+    "gf_balance_scheduled",
+    "scaled_balance",
+    "scaled_balance_rate",
+    "scheduled_balance_exponent",
     "MomentumBalanceRates",
     "ProxGradientResult",
     "balance",

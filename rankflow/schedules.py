@@ -1,0 +1,185 @@
+"""Learning-rate schedules η(t) = η·s(t), the same for every optimizer and flow of both
+families (``dynamics.schedule``, ``dynamics.warmup``, ``dynamics.final_fraction``), and
+their integrals ∫₀ᵗ η(s) ds, the clock of T4 under a schedule.
+
+Time is in steps. The step from k to k + 1 uses η(k) (optax's step count starts at 0),
+so the first step of a schedule with warmup w > 0 has η = 0; a flow uses η(t)
+continuously. ``t1`` is the run's last save time (core: ``save.t1``; attention:
+``train.steps``); after it the schedule stays at its final value.
+
+- ``constant``: s(t) = 1.
+- ``warmup_cosine``: s(t) = t/w on [0, w], then f + (1 − f)·½(1 + cos(π(t − w)/(t1 − w)))
+  (optax's ``warmup_cosine_decay_schedule(0, η, w, t1, fη)``: its decay_steps include
+  the warmup).
+- ``linear``: s(t) = t/w on [0, w], then 1 − (1 − f)(t − w)/(t1 − w) (optax's
+  ``linear_schedule(0, η, w)`` joined at w to ``linear_schedule(η, fη, t1 − w)``).
+
+The shape (kind, w, f, t1) is static; only the peak η is traced, so a sweep over η
+compiles once. (optax's ``warmup_cosine_decay_schedule`` compares the peak with 0 in
+Python and so cannot take a traced peak: the factor is written here in ``jax.numpy``
+and tested against optax at concrete values.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+
+from .vocabulary import SCHEDULES
+
+__all__ = [
+    "SCHEDULES",
+    "Schedule",
+    "eta_at",
+    "eta_integral",
+    "kinks",
+    "schedule_columns",
+    "schedule_factor",
+    "schedule_integral",
+    "schedule_of",
+    "unit_clock",
+]
+
+
+class Schedule(NamedTuple):
+    """A schedule's static shape: ``kind`` (one of :data:`SCHEDULES`), warmup ``w``
+    (steps), final fraction ``f`` (η at t1 over the peak η) and the run's end ``t1``."""
+
+    kind: str = "constant"
+    warmup: float = 0.0
+    final_fraction: float = 1.0
+    t1: float = 1.0
+
+    @property
+    def constant(self) -> bool:
+        return self.kind == "constant"
+
+
+def schedule_of(
+    section: Mapping[str, Any], t1: float, final_fraction_default: float = 0.0
+) -> Schedule:
+    """The :class:`Schedule` of a config section holding ``schedule``, ``warmup`` and
+    ``final_fraction`` (None: 0 warmup, ``final_fraction_default``), ending at ``t1``."""
+    f = section["final_fraction"]
+    return Schedule(
+        section["schedule"],
+        float(section["warmup"] or 0),
+        float(final_fraction_default if f is None else f),
+        float(t1),
+    )
+
+
+def _decay_phase(t, sch: Schedule):
+    """``u = (t − w)/(t1 − w)`` clipped to [0, 1] (u = 1 when nothing follows warmup)."""
+    span = sch.t1 - sch.warmup
+    if span <= 0:
+        return jnp.ones_like(t)
+    return jnp.clip((t - sch.warmup) / span, 0.0, 1.0)
+
+
+def schedule_factor(t, sch: Schedule):
+    """s(t) = η(t)/η, any shape of ``t`` (float)."""
+    t = jnp.asarray(t)
+    if sch.constant:
+        return jnp.ones_like(t)
+    f = sch.final_fraction
+    u = _decay_phase(t, sch)
+    if sch.kind == "warmup_cosine":
+        after = f + (1.0 - f) * 0.5 * (1.0 + jnp.cos(math.pi * u))
+    elif sch.kind == "linear":
+        after = 1.0 - (1.0 - f) * u
+    else:
+        raise ValueError(f"dynamics.schedule: no schedule named {sch.kind!r}")
+    if sch.warmup <= 0:
+        return after
+    return jnp.where(t < sch.warmup, jnp.clip(t, 0.0, None) / sch.warmup, after)
+
+
+def eta_at(t, eta, sch: Schedule | None):
+    """η(t) = η·s(t): the learning rate at time ``t`` (steps). ``eta`` itself (the same
+    array, untouched) for a constant schedule or None."""
+    if sch is None or sch.constant:
+        return eta
+    return eta * schedule_factor(t, sch).astype(jnp.result_type(eta))
+
+
+def schedule_integral(t, sch: Schedule):
+    """∫₀ᵗ s(τ) dτ in closed form (t ≥ 0, any shape), in steps:
+
+    - constant: t;
+    - warmup (t ≤ w): t²/(2w);
+    - after it, with T = t1 − w and u = min(t − w, T)/T: w/2 + (t − w − min(t − w, T))·f
+      plus, warmup_cosine: T·(f u + (1 − f)(u + sin(πu)/π)/2); linear: T·(u − (1 − f)u²/2).
+    """
+    t = jnp.asarray(t)
+    if sch.constant:
+        return t
+    w, f = sch.warmup, sch.final_fraction
+    span = sch.t1 - w
+    warm = w / 2.0 + jnp.zeros_like(t)
+    if span > 0:
+        tau = jnp.clip(t - w, 0.0, span)
+        u = tau / span
+        if sch.kind == "warmup_cosine":
+            mid = span * (f * u + (1.0 - f) * 0.5 * (u + jnp.sin(math.pi * u) / math.pi))
+        else:
+            mid = span * (u - 0.5 * (1.0 - f) * u**2)
+        tail = jnp.clip(t - sch.t1, 0.0, None) * f
+    else:  # warmup fills the run: the decay phase is over at once
+        mid = jnp.zeros_like(t)
+        tail = jnp.clip(t - w, 0.0, None) * f
+    after = warm + mid + tail
+    if w <= 0:
+        return after
+    return jnp.where(t < w, jnp.clip(t, 0.0, None) ** 2 / (2.0 * w), after)
+
+
+def eta_integral(t, eta, sch: Schedule | None):
+    """∫₀ᵗ η(s) ds = η·∫₀ᵗ s: the learning-rate clock of T4 under a schedule (ηt when
+    constant)."""
+    if sch is None or sch.constant:
+        return eta * jnp.asarray(t)
+    return eta * schedule_integral(t, sch)
+
+
+def kinks(sch: Schedule | None) -> list[float]:
+    """The times in (0, t1) where η(t) has a kink (the end of warmup): an adaptive solver
+    steps onto them (diffrax's ``jump_ts``) so that its error estimate stays valid."""
+    if sch is None or sch.constant or not 0 < sch.warmup < sch.t1:
+        return []
+    return [sch.warmup]
+
+
+def schedule_columns(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The results columns of a run's schedule: none for a constant one (so that its
+    tables stay as they were); else ``<section>.schedule``, ``.warmup`` and
+    ``.final_fraction`` with their defaults filled in (with them the tables hold
+    ``lr_clock``, :func:`unit_clock` times η)."""
+    if values["schedule"] == "constant":
+        return {}
+    sch = schedule_of(values, 0.0)
+    return {
+        f"{section}.schedule": sch.kind,
+        f"{section}.warmup": sch.warmup,
+        f"{section}.final_fraction": sch.final_fraction,
+    }
+
+
+def unit_clock(t, sch: Schedule | None, discrete: bool):
+    """The accumulated learning rate per unit peak η at the saved times ``t`` (numpy):
+    ``∫₀ᵗ s`` for a flow, ``Σ_{j<t} s(j)`` for an optimizer (step j uses η(j); ``t``
+    whole numbers). Times η, the clock of T4 (exactly) and of T5's leading term
+    ``Π(1 − η_jλ)² = e^{−2λΣη_j}(1 + O(η²λ²))``."""
+    import numpy as np
+
+    t = np.asarray(t, np.float64)
+    if sch is None or sch.constant:
+        return t
+    if not discrete:
+        return np.asarray(schedule_integral(t, sch), np.float64)
+    n = int(np.rint(t.max(initial=0)))
+    steps = np.asarray(schedule_factor(np.arange(n, dtype=np.float64), sch), np.float64)
+    return np.concatenate([[0.0], np.cumsum(steps)])[np.rint(t).astype(np.int64)]

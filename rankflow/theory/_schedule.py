@@ -1,0 +1,99 @@
+# ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
+"""T4 and T5 under a learning-rate schedule η(t) = η·s(t) (:mod:`rankflow.schedules`),
+and the balance of a pair whose factors have their own learning-rate multipliers.
+
+T4 scheduled: ``dD/dt = −2η(t)λ D``, so ``D(t) = e^{−2λ∫₀ᵗη(s)ds} D(0)`` for any loss.
+T5 scheduled: the step from k to k + 1 uses ``η_k = η(k)``, and T5 holds with η_k:
+``D_{k+1} = (1 − η_kλ)² D_k + η_k²(BᵀGᵀGB − AᵀGGᵀA)`` (:func:`gd_balance_step` with
+``eta = η_k``); the leading factor over k steps is ``Π_{j<k} (1 − η_jλ)²``.
+
+Multipliers c_A, c_B (the whole step of A, decay included, times c_A: PyTorch's
+per-group learning rate): ``dA/dt = −c_A η(GB + λA)``, ``dB/dt = −c_B η(GᵀA + λB)``.
+Then ``E = AᵀA/c_A − BᵀB/c_B`` has ``dE/dt = −2ηλ(AᵀA − BᵀB)`` exactly (the cross terms
+``AᵀGB + BᵀGᵀA`` cancel): E is conserved at λ = 0 whatever c_A, c_B, and for
+c_A = c_B = c, ``D`` decays at ``e^{−2cλ∫η}``; for c_A ≠ c_B and λ > 0 neither E nor D
+obeys a closed law.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ..schedules import Schedule, eta_at, eta_integral
+from ._common import Scalar, float_dtype, outer_scale
+
+# --- T4 under a schedule -------------------------------------------------------------------
+
+
+def scheduled_balance_exponent(
+    eta: Scalar, lam: Scalar, t: Float[ArrayLike, "*T"], schedule: Schedule | None
+) -> Float[Array, "*T"]:
+    """T4 scheduled: ``2λ∫₀ᵗη(s)ds``, the exponent of GF's balance decay at ``t`` (steps;
+    ``2ηλt`` for a constant schedule)."""
+    t = jnp.asarray(t, float_dtype(t))
+    return 2.0 * jnp.asarray(lam, t.dtype) * eta_integral(t, jnp.asarray(eta, t.dtype), schedule)
+
+
+def gf_balance_scheduled(
+    D0: Float[Array, "r r"],
+    eta: Scalar,
+    lam: Scalar,
+    t: Float[ArrayLike, "*T"],
+    schedule: Schedule | None,
+) -> Float[Array, "*T r r"]:
+    """T4 scheduled: ``D(t) = e^{−2λ∫₀ᵗη} D(0)`` under gradient flow, for any loss."""
+    D0 = jnp.asarray(D0)
+    t = jnp.asarray(t, D0.dtype)
+    return outer_scale(jnp.exp(-scheduled_balance_exponent(eta, lam, t, schedule)), D0)
+
+
+def gf_balance_gap_scheduled(
+    gap0: Float[ArrayLike, "*S"],
+    eta: Scalar,
+    lam: Scalar,
+    t: Float[ArrayLike, "*T"],
+    schedule: Schedule | None,
+) -> Float[Array, "*T *S"]:
+    """T4 scheduled: ``‖D(t)‖ = e^{−2λ∫₀ᵗη}‖D(0)‖`` (any norm). Shape ``t.shape +
+    gap0.shape``."""
+    gap0 = jnp.asarray(gap0, float_dtype(gap0))
+    t = jnp.asarray(t, gap0.dtype)
+    return outer_scale(jnp.exp(-scheduled_balance_exponent(eta, lam, t, schedule)), gap0)
+
+
+# --- T5 under a schedule -------------------------------------------------------------------
+
+
+def gd_scheduled_contraction(
+    eta: ArrayLike, lam: ArrayLike, k: ArrayLike, schedule: Schedule | None
+) -> np.ndarray:
+    """T5 scheduled: ``Π_{j<k} (1 − η_jλ)²``, η_j = η(j), the leading factor of D after
+    k steps of GD (numpy, float64; ``k`` whole numbers of any shape)."""
+    k = np.asarray(k, np.int64)
+    n = int(k.max(initial=0))
+    etas = np.broadcast_to(eta_at(np.arange(n, dtype=np.float64), float(eta), schedule), (n,))
+    logs = np.concatenate([[0.0], np.cumsum(2.0 * np.log(np.abs(1.0 - etas * float(lam))))])
+    return np.exp(logs[k])
+
+
+# --- per-factor learning-rate multipliers --------------------------------------------------
+
+
+def scaled_balance(
+    A: Float[Array, "m r"], B: Float[Array, "n r"], c_A: Scalar, c_B: Scalar
+) -> Float[Array, "r r"]:
+    """``E = AᵀA/c_A − BᵀB/c_B``: the balance in the metric of per-factor learning-rate
+    multipliers (``D`` at c_A = c_B = 1)."""
+    dtype = float_dtype(A)
+    return A.T @ A / jnp.asarray(c_A, dtype) - B.T @ B / jnp.asarray(c_B, dtype)
+
+
+def scaled_balance_rate(
+    A: Float[Array, "m r"], B: Float[Array, "n r"], eta: Scalar, lam: Scalar
+) -> Float[Array, "r r"]:
+    """``dE/dt = −2ηλ(AᵀA − BᵀB)`` along GF with multipliers c_A, c_B on A and B and
+    decay λ (η = η(t) under a schedule), for any loss and any c_A, c_B."""
+    dtype = float_dtype(A)
+    return -2.0 * jnp.asarray(eta, dtype) * jnp.asarray(lam, dtype) * (A.T @ A - B.T @ B)
