@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import vocabulary
-from .flows import drift_field, factors_of, initial_state, noise_term, solve
+from .flows import factors_of, initial_state, solve
 from .simulate import PARAM_KEYS, params_of, program_for
 
 __all__ = [
@@ -76,10 +76,10 @@ def _compiled(key: str, dt: float, method: str, tol: float, n_steps: int, point_
     """The jitted, path-vmapped solve of one structure at one ``dt``."""
     point = point_box.point
     program = program_for(point, save="states")
-    kind, problem, d = point["dynamics"]["kind"], program.problem, point["dynamics"]
+    kind, problem = point["dynamics"]["kind"], program.problem
     if kind not in vocabulary.SDE_DYNAMICS:
         raise ValueError(f"dynamics.kind: convergence needs an SDE, got {kind!r}")
-    field = drift_field(kind, problem)
+    field = program.drift()
 
     def observe(data, y):
         A, B = factors_of(kind, y)
@@ -87,9 +87,7 @@ def _compiled(key: str, dt: float, method: str, tol: float, n_steps: int, point_
 
     def one(p):
         data, theta0, hyper, key = program.start(p)
-        noise = functools.partial(
-            noise_term, kind, theta0, model=d["noise"], problem=problem, batch=d["batch"]
-        )
+        noise = program.noise(theta0)
         saved = solve(
             field,
             initial_state(kind, theta0),

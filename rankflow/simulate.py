@@ -186,24 +186,31 @@ class Program:
         ok = (max_abs <= self.point["solver"]["diverge_norm"]) & reached
         return with_status(obs, ok, reached, max_steps_hit)
 
+    def drift(self):
+        """The (drift) vector field of this program's flow, with its schedule."""
+        return drift_field(self.kind, self.problem, self.schedule)
+
+    def noise(self, theta0):
+        """The SDE's diffusion term as :func:`rankflow.flows.solve` takes it (a function of
+        ``brownian_for``): its noise model, problem, batch and schedule, from θ(0)."""
+        return functools.partial(
+            noise_term,
+            self.kind,
+            theta0,
+            model=self.point["dynamics"]["noise"],
+            problem=self.problem,
+            batch=self.point["dynamics"]["batch"],
+            schedule=self.schedule,
+        )
+
     def _integrate(self, theta0, data, hyper, noise_key):
         """The flow of ``dynamics.kind`` from θ(0) = ``theta0``, solved as ``[solver]``
         says, with its Brownian motion from ``noise_key`` (SDEs): the observables at
         the saves (:func:`rankflow.flows.solve`)."""
         s, kind = self.point["solver"], self.kind
-        noise = None
-        if kind in vocabulary.SDE_DYNAMICS:
-            noise = functools.partial(
-                noise_term,
-                kind,
-                theta0,
-                model=self.point["dynamics"]["noise"],
-                problem=self.problem,
-                batch=self.point["dynamics"]["batch"],
-                schedule=self.schedule,
-            )
+        noise = self.noise(theta0) if kind in vocabulary.SDE_DYNAMICS else None
         return solve(
-            drift_field(kind, self.problem, self.schedule),
+            self.drift(),
             initial_state(kind, theta0),
             (data, hyper),
             ts=self.ts,

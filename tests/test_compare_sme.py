@@ -113,11 +113,12 @@ def _sqrt_eta_noise(monkeypatch):
     SME ``√η Σ^{1/2} dW_{ηt}`` copied into step time (where it is ``η Σ^{1/2} dW_t``)."""
     original = rankflow.simulate.noise_term
 
-    def noise_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None):
-        term = original(kind, theta0, brownian_for, model, problem, batch)
+    def noise_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None,
+                   schedule=None):  # fmt: skip
+        term = original(kind, theta0, brownian_for, model, problem, batch, schedule)
         return rankflow.flows.FactorNoise(
             term.model,
-            lambda args: -(args[1]["eta"] ** 0.5),
+            lambda t, args: -(args[1]["eta"] ** 0.5),
             term.control,
             term.theta_of,
             term.embed,
