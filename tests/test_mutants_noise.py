@@ -30,30 +30,26 @@ def _point(name: str, **over) -> dict:
     return config_lib.resolve(config_path(name), over)
 
 
-@pytest.fixture(scope="module")
-def gradient_runs():
-    """Gradient noise at σ = CLAIM_SIGMA, dt and dt/4 (two compilations)."""
+def _flow_runs(model: str) -> pd.DataFrame:
+    """``model`` noise at σ = CLAIM_SIGMA, dt and dt/4 (two compilations)."""
     point = _point("noise_models", **FLOW)
     dt = point["solver"]["dt"]
     frames = []
     for step in (dt, dt / noise.REFINE):
-        v = config_lib.resolve(point, {"dynamics.noise": "gradient", "solver.dt": step,
+        v = config_lib.resolve(point, {"dynamics.noise": model, "solver.dt": step,
                                        "dynamics.sigma": noise.CLAIM_SIGMA})  # fmt: skip
         frames.append(noise.run_states(v, (noise.CLAIM_SIGMA,))[0])
     return pd.concat(frames, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def gradient_runs():
+    return _flow_runs("gradient")
 
 
 @pytest.fixture(scope="module")
 def parameter_runs():
-    """Parameter noise at σ = CLAIM_SIGMA, dt and dt/4 (two compilations)."""
-    point = _point("noise_models", **FLOW)
-    dt = point["solver"]["dt"]
-    frames = []
-    for step in (dt, dt / noise.REFINE):
-        v = config_lib.resolve(point, {"dynamics.noise": "parameter", "solver.dt": step,
-                                       "dynamics.sigma": noise.CLAIM_SIGMA})  # fmt: skip
-        frames.append(noise.run_states(v, (noise.CLAIM_SIGMA,))[0])
-    return pd.concat(frames, ignore_index=True)
+    return _flow_runs("parameter")
 
 
 @pytest.fixture(scope="module")

@@ -135,9 +135,14 @@ def _median_iqr(df: pd.DataFrame, x: str, y: pd.Series) -> pd.DataFrame:
     )
 
 
-def mask_log(v, log: bool) -> np.ndarray:
+def positive(v) -> np.ndarray:
+    """``v`` as floats with every entry that a log axis cannot show (≤ 0, NaN, ±inf) NaN."""
     a = np.asarray(v, dtype=float)
-    return np.where(a > 0, a, np.nan) if log else a
+    return np.where(np.isfinite(a) & (a > 0), a, np.nan)
+
+
+def mask_log(v, log: bool) -> np.ndarray:
+    return positive(v) if log else np.asarray(v, dtype=float)
 
 
 def draw_median(

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import LABELS, finish_figure
+from .common import LABELS, finish_figure, positive
 
 __all__ = ["noise_models_figure"]
 
@@ -31,23 +31,18 @@ WRONG = {
 }
 
 
-def _positive(v) -> np.ndarray:
-    v = np.asarray(v, float)
-    return np.where(np.isfinite(v) & (v > 0), v, np.nan)
-
-
 def _bands_panel(ax, bands: pd.DataFrame, lines: pd.DataFrame, sigma: float) -> None:
     for model, (label, color) in MODELS.items():
         g = bands[bands["model"] == model].sort_values("t")
-        ax.plot(g["t"], _positive(g["mean"]), color=color, lw=2, label=label)
-        ax.fill_between(g["t"], _positive(g["q10"]), _positive(g["q90"]), color=color, alpha=0.2)
+        ax.plot(g["t"], positive(g["mean"]), color=color, lw=2, label=label)
+        ax.fill_between(g["t"], positive(g["q10"]), positive(g["q90"]), color=color, alpha=0.2)
     mine = lines[np.isclose(lines["sigma"], sigma)]
     styles = {"T6 floor": ("C3", "--", "T6's floor (RMS), parameter noise"),
               "T9": ("C0", "--", "T9: ‖D(0)‖ e^{−(2ηλ+η²σ²m)t}, gradient noise"),
               "no noise": ("0.5", ":", "no noise: e^{−2ηλt} (T4)")}  # fmt: skip
     for name, (color, ls, label) in styles.items():
         g = mine[mine["line"] == name]
-        ax.plot(g["t"], _positive(g["value"]), color=color, ls=ls, lw=1.3, label=label)
+        ax.plot(g["t"], positive(g["value"]), color=color, ls=ls, lw=1.3, label=label)
     ax.set_yscale("log")
     ax.set_ylim(bottom=1e-6)
     ax.set(xlabel=LABELS["t"], ylabel=r"$\|A^\top A-B^\top B\|_F$ (mean, 10–90% band)")

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import LABELS, finish_figure, palette
+from .common import LABELS, finish_figure, palette, positive
 
 __all__ = [
     "attention_nuclear_gap_figure",
@@ -34,11 +34,6 @@ DYNAMICS = {
     "momentum_flow": ("momentum flow", "C4", "D"),
     "adamw": ("AdamW", "C3", "v"),
 }
-
-
-def _positive(v) -> np.ndarray:
-    v = np.asarray(v, float)
-    return np.where(np.isfinite(v) & (v > 0), v, np.nan)
 
 
 def _finish(fig: Figure, axes, title: str, out_path) -> Figure:
@@ -70,7 +65,7 @@ def toy_spectrum_figure(
     for ax, lam, tag in zip(axes[:2], picks, "ab"):
         g = first[first["dynamics.lam"] == lam].sort_values("t")
         for i, col in enumerate(svs):
-            ax.plot(g["t"], _positive(g[col]), color=colors[i], lw=2, label=rf"$\sigma_{i + 1}(W)$")
+            ax.plot(g["t"], positive(g[col]), color=colors[i], lw=2, label=rf"$\sigma_{i + 1}(W)$")
             limit = max(s[i] - lam, 0.0)
             if limit > 0:
                 ax.axhline(limit, color=colors[i], ls="--", lw=1.2)
@@ -227,12 +222,12 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
         g = g_eta[g_eta["dynamics.lam"] == lam].sort_values("t")
         b = bound[(bound["dynamics.lam"] == lam) & (bound["dynamics.eta"] == eta0)]
         t = g["t"].to_numpy()
-        ax.plot(t, _positive(lam * g["frob_minus_nuc"]), color=color, lw=2,
+        ax.plot(t, positive(lam * g["frob_minus_nuc"]), color=color, lw=2,
                 label=f"λ = {lam:g}")  # fmt: skip
-        ax.plot(t, _positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
-        ax.plot(b["t"], _positive(b["bound"]), color=color, ls=":", lw=1.3)
+        ax.plot(t, positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
+        ax.plot(b["t"], positive(b["bound"]), color=color, ls=":", lw=1.3)
     ax.set_yscale("log")
-    floor = np.nanmin(_positive(lams[0] * g_eta["frob_minus_nuc"]))
+    floor = np.nanmin(positive(lams[0] * g_eta["frob_minus_nuc"]))
     ax.set_ylim(bottom=max(floor / 10, 1e-20))
     ax.legend(
         handles=ax.get_legend_handles_labels()[0]
@@ -272,7 +267,7 @@ def _every_dynamics_panel(ax, tables: dict[str, pd.DataFrame]) -> None:
         if kind == "momentum_flow":
             label += f", μ = {g['dynamics.mu'].iloc[0]:g}"
         t, y = _median_over_paths(g, "balance_gap")
-        ax.plot(t, _positive(y), color=color, lw=2, label=label)
+        ax.plot(t, positive(y), color=color, lw=2, label=label)
         t_max = max(t_max, t.max())
         gap0 = y[0]
     tt = np.linspace(0, t_max, 200)
@@ -292,7 +287,7 @@ def _adamw_panel(ax, ad: pd.DataFrame) -> None:
         t, y = _median_over_paths(g_eta[g_eta["dynamics.lam"] == lam], "balance_gap_rel")
         seeds = g_eta["seed"].nunique()
         label = f"AdamW, λ = {lam:g}" + (f" (median of {seeds} seeds)" if seeds > 1 else "")
-        ax.plot(t, _positive(y), color=color, lw=2, label=label)
+        ax.plot(t, positive(y), color=color, lw=2, label=label)
     ax.set_yscale("log")
     ax.set(xlabel=T, ylabel="scale-free gap ‖AᵀA − BᵀB‖ / ½(‖AᵀA‖ + ‖BᵀB‖) (log scale)")
     ax.set_title(f"(e) AdamW (outside the theory), η = {eta2:g}", fontsize="medium")
@@ -376,7 +371,7 @@ def rank_figure(sol: pd.DataFrame, out_path: str | Path | None = None) -> Figure
             v = row[sorted(cols, key=lambda c: int(c[3:]))].to_numpy(float)
             v = v[np.isfinite(v)]
             idx = np.arange(1, len(v) + 1)
-            ax.plot(idx, _positive(v), marker=marker, ls=ls, color=color, mfc="none", ms=7,
+            ax.plot(idx, positive(v), marker=marker, ls=ls, color=color, mfc="none", ms=7,
                     label=name)  # fmt: skip
         ax.axhline(1e-3 * first["sv_1"].max(), color="0.5", lw=1, ls="-.",
                    label="rank cut 1e-3·σ_1")  # fmt: skip
@@ -419,7 +414,7 @@ def floor_figure(
         & (df["problem.n"] == key["problem.n"])
     ]
     for p, gp in g.groupby("path"):
-        ax.plot(gp["t"], _positive(gp["balance_gap"]), color="C2", lw=0.6, alpha=0.4,
+        ax.plot(gp["t"], positive(gp["balance_gap"]), color="C2", lw=0.6, alpha=0.4,
                 label="single paths" if p == 0 else None)  # fmt: skip
     ax.axhline(key["floor_rms"], color="C2", lw=2.5, label="measured RMS floor (second half)")
     ax.axhline(key["predicted_rms"], color="k", ls="--", lw=1.3,
@@ -500,8 +495,8 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
         for lam, color in zip(lams, colors):
             g = d[d["train.lam"] == lam].groupby("t")["rel_gap"]
             med, q1, q3 = g.median(), g.quantile(0.25), g.quantile(0.75)
-            ax.plot(med.index, _positive(med), color=color, lw=2, label=f"λ = {lam:g}")
-            ax.fill_between(med.index, _positive(q1), _positive(q3), color=color, alpha=0.2, lw=0)
+            ax.plot(med.index, positive(med), color=color, lw=2, label=f"λ = {lam:g}")
+            ax.fill_between(med.index, positive(q1), positive(q3), color=color, alpha=0.2, lw=0)
         ax.set_yscale("log")
         ax.set(xlabel=T, ylabel=r"$(\frac{1}{2}(\|A\|^2+\|B\|^2)-\|AB^\top\|_*)\,/\,"
                r"\frac{1}{2}(\|A\|^2+\|B\|^2)$ (log)")  # fmt: skip
@@ -512,10 +507,10 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
         last = d[d["t"] == d.groupby("run_id")["t"].transform("max")]
         x = np.searchsorted(lams, last["train.lam"].to_numpy())
         offset = (last["head"].to_numpy() - last["head"].max() / 2) * 0.08
-        ax.plot(x + offset, _positive(last["rel_gap"]), "o", mfc="none", ms=7, color="C0",
+        ax.plot(x + offset, positive(last["rel_gap"]), "o", mfc="none", ms=7, color="C0",
                 label="one head of one run, last step")  # fmt: skip
         med = last.groupby("train.lam")["rel_gap"].median()
-        ax.plot(np.arange(len(lams)), _positive(med.reindex(lams)), "k-", lw=2, label="median")
+        ax.plot(np.arange(len(lams)), positive(med.reindex(lams)), "k-", lw=2, label="median")
         ax.axhline(0, color="0.5")
         ax.set_xticks(np.arange(len(lams)), [f"{v:g}" for v in lams])
         ax.set_yscale("log")
