@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument(
         "--arch",
-        choices=("auto", "bert", "gpt2", "llama", "vit"),
+        choices=("auto", "bert", "gpt2", "gpt_neox", "llama", "vit"),
         default="auto",
         help="tensor naming and layout (default: %(default)s: config.json's model_type, "
         "else the tensor names)",

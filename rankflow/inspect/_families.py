@@ -25,13 +25,14 @@ from ._checkpoint import FLOAT_DTYPES, Checkpoint, InspectError
 
 __all__ = ["ARCHS", "Layout", "LayerWeights", "infer_layout", "layer_tensor_names"]
 
-ARCHS = ("bert", "gpt2", "llama", "vit")
+ARCHS = ("bert", "gpt2", "gpt_neox", "llama", "vit")
 
 # config.json model_type → family. Only types whose attention uses the family's tensor
 # names exactly; anything else is refused unless --arch says which naming to use.
 MODEL_TYPES = {
     "bert": ("bert", "roberta", "xlm-roberta", "camembert", "electra"),
     "gpt2": ("gpt2",),
+    "gpt_neox": ("gpt_neox",),
     "llama": (
         "llama",
         "mistral",
@@ -54,12 +55,14 @@ MODEL_TYPES = {
 _QUERY = {
     "bert": r"encoder\.layer\.)(?P<i>\d+)\.attention\.self\.query\.weight",
     "gpt2": r"h\.)(?P<i>\d+)\.attn\.c_attn\.weight",
+    "gpt_neox": r"layers\.)(?P<i>\d+)\.attention\.query_key_value\.weight",
     "llama": r"layers\.)(?P<i>\d+)\.self_attn\.q_proj\.weight",
     "vit": r"encoder\.layer\.)(?P<i>\d+)\.attention\.attention\.query\.weight",
 }
 EXAMPLES = {
     "bert": "bert.encoder.layer.0.attention.self.query.weight",
     "gpt2": "h.0.attn.c_attn.weight",
+    "gpt_neox": "gpt_neox.layers.0.attention.query_key_value.weight",
     "llama": "model.layers.0.self_attn.q_proj.weight",
     "vit": "vit.encoder.layer.0.attention.attention.query.weight",
 }
@@ -73,7 +76,11 @@ _SEPARATE = {
             "attention.attention.value", "attention.output.dense"),
     "llama": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"),
 }  # fmt: skip
-_GPT2 = {"qkv": "attn.c_attn", "o": "attn.c_proj"}
+# Fused q|k|v projections: GPT-2's Conv1D side by side, GPT-NeoX's nn.Linear per head.
+_FUSED = {
+    "gpt2": {"qkv": "attn.c_attn", "o": "attn.c_proj"},
+    "gpt_neox": {"qkv": "attention.query_key_value", "o": "attention.dense"},
+}
 _QK_NORM = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 
 # Where each family's config.json keeps the numbers.
@@ -86,7 +93,7 @@ _CONFIG_KEYS = {
     },
 }
 # Head dimension assumed when there is neither a config.json nor --heads.
-_DEFAULT_HEAD_DIM = {"bert": 64, "gpt2": 64, "llama": 128, "vit": 64}
+_DEFAULT_HEAD_DIM = {"bert": 64, "gpt2": 64, "gpt_neox": 64, "llama": 128, "vit": 64}
 
 
 @dataclass(frozen=True)
@@ -95,11 +102,13 @@ class Layout:
 
     ``rotary_dim``: leading dimensions of each q/k head that rotary embeddings rotate
     (0: no rotary), paired in HF's ``rotate_half`` layout, j with j + rotary_dim/2.
-    ``qk_norm``: q and k are normalised per head (Qwen3, OLMo2, Gemma 3), which breaks
-    the pure product form. ``source``: where the head count came from.
+    ``qk_norm``: q and k are normalised after projection (per head: Qwen3, Gemma 3;
+    across the whole projection: OLMo-2), which breaks the pure product form.
+    ``source``: where the head count came from. ``notes``: what the family's attention
+    does to the product form beyond the fields above (for the summary).
     """
 
-    arch: str  # bert | gpt2 | llama | vit
+    arch: str  # bert | gpt2 | gpt_neox | llama | vit
     model_type: str | None  # config.json's model_type, if any
     stack: str  # tensor-name prefix of the layer stack, e.g. "bert.encoder.layer."
     n_layers: int
@@ -110,6 +119,7 @@ class Layout:
     rotary_dim: int
     qk_norm: bool
     source: str
+    notes: tuple[str, ...] = ()
 
     @property
     def group_size(self) -> int:
@@ -159,10 +169,10 @@ class LayerWeights:
 
 def layer_tensor_names(layout: Layout, i: int) -> dict[str, str]:
     """Role → tensor name in layer ``i``. Roles: ``q k v o`` (separate projections) or
-    ``qkv o`` (GPT-2), each with a ``_bias`` twin (which may be absent)."""
+    ``qkv o`` (GPT-2, GPT-NeoX), each with a ``_bias`` twin (which may be absent)."""
     base = f"{layout.stack}{i}."
-    if layout.arch == "gpt2":
-        roles = _GPT2
+    if layout.arch in _FUSED:
+        roles = _FUSED[layout.arch]
     else:
         roles = dict(zip(("q", "k", "v", "o"), _SEPARATE[layout.arch]))
     names = {}
@@ -176,6 +186,8 @@ def _expected_shapes(layout: Layout) -> dict[str, tuple[int, ...]]:
     D, H, Hkv, d = layout.d_model, layout.n_heads, layout.n_kv_heads, layout.head_dim
     if layout.arch == "gpt2":  # Conv1D: (in, out)
         return {"qkv": (D, 3 * H * d), "qkv_bias": (3 * H * d,), "o": (H * d, D), "o_bias": (D,)}
+    if layout.arch == "gpt_neox":  # nn.Linear: (out, in), rows [h, (q|k|v), d_h]
+        return {"qkv": (3 * H * d, D), "qkv_bias": (3 * H * d,), "o": (D, H * d), "o_bias": (D,)}
     return {  # nn.Linear: (out, in)
         "q": (H * d, D),
         "k": (Hkv * d, D),
@@ -238,18 +250,32 @@ def canonical(layout: Layout, tensors: dict[str, np.ndarray]) -> LayerWeights:
             (None,) * 3 if b is None else (b[j * width : (j + 1) * width] for j in range(3))
         )
         Wo = tensors["o"]
+    elif layout.arch == "gpt_neox":
+        Wq, Wk, Wv, bq, bk, bv = _neox_split(layout, tensors["qkv"], tensors.get("qkv_bias"))
+        Wo = tensors["o"].T
     else:
         Wq, Wk, Wv, Wo = (tensors[r].T for r in ("q", "k", "v", "o"))
         bq, bk, bv = (tensors.get(r + "_bias") for r in ("q", "k", "v"))
     return LayerWeights(Wq, Wk, Wv, Wo, bq, bk, bv, layout.head_dim)
 
 
+def _neox_split(layout: Layout, w: np.ndarray, b: np.ndarray | None) -> tuple:
+    """GPT-NeoX's fused ``query_key_value`` (3·H·d_h, D) into ``Wq, Wk, Wv`` (D, H·d_h)
+    and their biases: HF views the output as (H, 3·d_h) per token and chunks each head's
+    3·d_h into q, k, v, so the rows are laid out (H, 3, d_h), not (3, H, d_h)."""
+    H, d = layout.n_heads, layout.head_dim
+    w4 = w.reshape(H, 3, d, -1)
+    Ws = tuple(w4[:, j].reshape(H * d, -1).T for j in range(3))
+    bs = (None,) * 3 if b is None else tuple(b.reshape(H, 3, d)[:, j].reshape(-1) for j in range(3))
+    return Ws + bs
+
+
 # --- detection -----------------------------------------------------------------------
 
 
 def _query_name(arch: str, stack: str, i: int) -> str:
-    if arch == "gpt2":
-        return f"{stack}{i}.{_GPT2['qkv']}.weight"
+    if arch in _FUSED:
+        return f"{stack}{i}.{_FUSED[arch]['qkv']}.weight"
     return f"{stack}{i}.{_SEPARATE[arch][0]}.weight"
 
 
@@ -281,10 +307,28 @@ def _config_int(ckpt: Checkpoint, key: str, required: bool) -> int | None:
     return value
 
 
-def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None) -> Layout:
-    """The architecture (``arch``, or config.json's ``model_type``, or the tensor names)
-    and head layout (``heads``, or config.json, or the family's usual head dimension,
-    which the returned ``source`` says was assumed)."""
+def _check_layer_count(ckpt: Checkpoint, arch: str, stack: str, indices: set[int], keys) -> int:
+    """The number of layers, after checking the tensors hold every one config.json says."""
+    n_layers = max(indices) + 1
+    want = n_layers
+    if ckpt.config is not None:
+        want = _config_int(ckpt, keys["n_layers"], required=False) or n_layers
+    missing = sorted(set(range(max(want, n_layers))) - indices)
+    if missing or want != n_layers:
+        said = f"{ckpt.config_path.name} says {want} layers; " if ckpt.config else ""
+        raise InspectError(
+            f"{ckpt.path}: {said}the tensors hold {len(indices)} layers "
+            f"({min(indices)}–{max(indices)}), e.g. no {_query_name(arch, stack, missing[0])!r}"
+            if missing
+            else f"{ckpt.path}: {said}the tensors hold {n_layers} (up to "
+            f"{_query_name(arch, stack, n_layers - 1)!r})"
+        )
+    return n_layers
+
+
+def _find_arch(ckpt: Checkpoint, arch: str) -> tuple[str, str | None, str, set[int]]:
+    """``(arch, model_type, stack, layer indices)`` from ``--arch``, config.json's
+    model_type and the tensor names, refusing what is unknown or ambiguous."""
     if arch not in ("auto",) + ARCHS:
         raise InspectError(f"unknown architecture {arch!r}; choose auto, {', '.join(ARCHS)}")
     model_type = (ckpt.config or {}).get("model_type")
@@ -322,48 +366,35 @@ def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None)
         raise InspectError(
             f"{ckpt.path}: no {arch} attention tensors (names like {EXAMPLES[arch]!r})"
         )
-    stacks = found[arch]
-    if len(stacks) > 1:
+    if len(found[arch]) > 1:
         raise InspectError(
-            f"{ckpt.path}: several {arch} layer stacks ({', '.join(sorted(stacks))}); "
+            f"{ckpt.path}: several {arch} layer stacks ({', '.join(sorted(found[arch]))}); "
             "inspecting more than one attention stack is not supported"
         )
-    stack, indices = next(iter(stacks.items()))
-    n_layers = max(indices) + 1
-    keys = _CONFIG_KEYS.get(arch, _CONFIG_KEYS["default"])
-    if ckpt.config is not None:
-        want = _config_int(ckpt, keys["n_layers"], required=False) or n_layers
-    else:
-        want = n_layers
-    missing = sorted(set(range(max(want, n_layers))) - indices)
-    if missing or want != n_layers:
-        said = f"{ckpt.config_path.name} says {want} layers; " if ckpt.config else ""
-        raise InspectError(
-            f"{ckpt.path}: {said}the tensors hold {len(indices)} layers "
-            f"({min(indices)}–{max(indices)}), e.g. no {_query_name(arch, stack, missing[0])!r}"
-            if missing
-            else f"{ckpt.path}: {said}the tensors hold {n_layers} (up to "
-            f"{_query_name(arch, stack, n_layers - 1)!r})"
-        )
+    stack, indices = next(iter(found[arch].items()))
+    return arch, model_type, stack, indices
 
-    q_name = _query_name(arch, stack, 0)
-    q_shape = ckpt.shapes[q_name]
-    if len(q_shape) != 2:
-        raise InspectError(f"{ckpt.describe(q_name)} has shape {q_shape}; expected a matrix")
-    # GPT-2's Conv1D is (in, out) with q, k, v side by side; nn.Linear is (out, in).
-    d_in, q_width = (q_shape[0], q_shape[1] // 3) if arch == "gpt2" else (q_shape[1], q_shape[0])
-    cfg = ckpt.config
-    d_model = _config_int(ckpt, keys["d_model"], required=True) if cfg is not None else d_in
+
+def _query_width(arch: str, q_shape: tuple[int, ...]) -> tuple[int, int]:
+    """``(d_in, H·d_h)`` from the stored query (or fused q|k|v) weight's shape."""
+    if arch == "gpt2":  # Conv1D (in, out), q|k|v side by side
+        return q_shape[0], q_shape[1] // 3
+    if arch == "gpt_neox":  # nn.Linear (out, in), (H, 3, d_h) rows
+        return q_shape[1], q_shape[0] // 3
+    return q_shape[1], q_shape[0]  # nn.Linear (out, in)
+
+
+def _head_count(ckpt, arch, keys, q_name, q_width, d_model, heads) -> tuple[int, int, str]:
+    """``(H, d_h, source)`` from ``--heads``, config.json, or the family's usual d_h."""
     if heads is not None:
         if heads <= 0 or q_width % heads:
             raise InspectError(
                 f"--heads {heads}: does not divide the query width {q_width} of "
                 f"{ckpt.describe(q_name)}"
             )
-        n_heads, head_dim, source = heads, q_width // heads, "--heads"
-    elif cfg is not None:
+        return heads, q_width // heads, "--heads"
+    if ckpt.config is not None:
         n_heads = _config_int(ckpt, keys["n_heads"], required=True)
-        source = ckpt.config_path.name
         head_dim = _config_int(ckpt, "head_dim", required=False) if arch == "llama" else None
         if head_dim is None:
             if d_model % n_heads:
@@ -372,41 +403,101 @@ def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None)
                     f"the width {keys['d_model']} = {d_model}"
                 )
             head_dim = d_model // n_heads
+        return n_heads, head_dim, ckpt.config_path.name
+    head_dim = _DEFAULT_HEAD_DIM[arch]
+    if q_width % head_dim:
+        raise InspectError(
+            f"{ckpt.path}: no config.json to give the number of heads, and the usual "
+            f"{arch} head dimension {head_dim} does not divide the query width "
+            f"{q_width}; pass --heads"
+        )
+    return q_width // head_dim, head_dim, f"assumed head dimension {head_dim}: no config.json"
+
+
+def _kv_head_count(ckpt, stack, n_heads, head_dim, from_config: bool) -> int:
+    """H_kv of a Llama-family layer: config.json's ``num_key_value_heads``, else the rows
+    of ``k_proj``."""
+    cfg_kv = _config_int(ckpt, "num_key_value_heads", required=False) if from_config else None
+    if cfg_kv is not None:
+        n_kv_heads = cfg_kv
     else:
-        head_dim = _DEFAULT_HEAD_DIM[arch]
-        if q_width % head_dim:
+        k_name = _query_name("llama", stack, 0).replace("q_proj", "k_proj")
+        k_rows = ckpt.shapes.get(k_name, (n_heads * head_dim,))[0]
+        if k_rows % head_dim:
             raise InspectError(
-                f"{ckpt.path}: no config.json to give the number of heads, and the usual "
-                f"{arch} head dimension {head_dim} does not divide the query width "
-                f"{q_width}; pass --heads"
+                f"{ckpt.describe(k_name)} has {k_rows} rows, not a multiple of the head "
+                f"dimension {head_dim}"
             )
-        n_heads, source = q_width // head_dim, f"assumed head dimension {head_dim}: no config.json"
+        n_kv_heads = k_rows // head_dim
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise InspectError(
+            f"{ckpt.config_path or ckpt.path}: {n_kv_heads} key/value heads do not divide "
+            f"{n_heads} query heads"
+        )
+    return n_kv_heads
+
+
+# config.json key giving the rotated fraction of each head, by family (HF's defaults).
+_ROTARY_KEYS = {"llama": ("partial_rotary_factor", 1.0), "gpt_neox": ("rotary_pct", 1.0)}
+
+
+def _rotary_dim(ckpt: Checkpoint, arch: str, head_dim: int) -> int:
+    """Rotated leading dimensions of each q/k head (HF: ``int(d_h · fraction)``, even)."""
+    if arch not in _ROTARY_KEYS:
+        return 0
+    cfg = ckpt.config or {}
+    key, default = _ROTARY_KEYS[arch]
+    factor = cfg.get(key, cfg.get("partial_rotary_factor", default))
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+        raise InspectError(f"{ckpt.config_path}: {key} = {factor!r} is not in (0, 1]")
+    return int(head_dim * float(factor)) // 2 * 2
+
+
+def _family_notes(ckpt: Checkpoint, stack: str) -> tuple[tuple[str, ...], bool]:
+    """Notes on what q/k normalisation or clipping does to the product form, and
+    whether q and k are normalised."""
+    norm = ckpt.shapes.get(f"{stack}0.{_QK_NORM[0]}") or ckpt.shapes.get(f"{stack}0.{_QK_NORM[1]}")
+    notes = []
+    if norm is not None:
+        q_rows = ckpt.shapes.get(_query_name("llama", stack, 0), (0,))[0]
+        whole = len(norm) == 1 and norm[0] == q_rows and q_rows > 0
+        scope = "across the whole projection, all heads at once (OLMo-2)" if whole else "per head"
+        notes.append(
+            f"q and k are normalised {scope} after projection (qk-norm): the logits are "
+            "x W_Q diag(g_q g_k) W_Kᵀ xᵀ / (rms(q) rms(k)), unchanged when W_Q or W_K is "
+            "scaled, so the key–query pair is not a pure product and its balance is not "
+            "predicted (the decay sets ‖W_Q‖, ‖W_K‖ against the step size alone); the "
+            "value–output pair is untouched."
+        )
+    clip = (ckpt.config or {}).get("clip_qkv")
+    if clip is not None:
+        notes.append(
+            f"q, k and v are clipped to ±{clip} (OLMo clip_qkv): where the clip is active "
+            "the projections are not linear, and the product form holds only inside it."
+        )
+    return tuple(notes), norm is not None
+
+
+def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None) -> Layout:
+    """The architecture (``arch``, or config.json's ``model_type``, or the tensor names)
+    and head layout (``heads``, or config.json, or the family's usual head dimension,
+    which the returned ``source`` says was assumed)."""
+    arch, model_type, stack, indices = _find_arch(ckpt, arch)
+    keys = _CONFIG_KEYS.get(arch, _CONFIG_KEYS["default"])
+    n_layers = _check_layer_count(ckpt, arch, stack, indices, keys)
+    q_name = _query_name(arch, stack, 0)
+    q_shape = ckpt.shapes[q_name]
+    if len(q_shape) != 2:
+        raise InspectError(f"{ckpt.describe(q_name)} has shape {q_shape}; expected a matrix")
+    d_in, q_width = _query_width(arch, q_shape)
+    cfg = ckpt.config
+    d_model = _config_int(ckpt, keys["d_model"], required=True) if cfg is not None else d_in
+    n_heads, head_dim, source = _head_count(ckpt, arch, keys, q_name, q_width, d_model, heads)
     n_kv_heads = n_heads
     if arch == "llama":
-        cfg_kv = None
-        if cfg is not None and heads is None:
-            cfg_kv = _config_int(ckpt, "num_key_value_heads", required=False)
-        if cfg_kv is not None:
-            n_kv_heads = cfg_kv
-        else:
-            k_name = _query_name(arch, stack, 0).replace("q_proj", "k_proj")
-            k_rows = ckpt.shapes.get(k_name, (n_heads * head_dim,))[0]
-            if k_rows % head_dim:
-                raise InspectError(
-                    f"{ckpt.describe(k_name)} has {k_rows} rows, not a multiple of the head "
-                    f"dimension {head_dim}"
-                )
-            n_kv_heads = k_rows // head_dim
-        if n_kv_heads <= 0 or n_heads % n_kv_heads:
-            raise InspectError(
-                f"{ckpt.config_path or ckpt.path}: {n_kv_heads} key/value heads do not divide "
-                f"{n_heads} query heads"
-            )
-    rotary_dim = 0
-    if arch == "llama":
-        factor = (ckpt.config or {}).get("partial_rotary_factor", 1.0)
-        rotary_dim = int(head_dim * float(factor)) // 2 * 2
-    qk_norm = any(f"{stack}0.{n}" in ckpt.shapes for n in _QK_NORM)
+        from_config = cfg is not None and heads is None
+        n_kv_heads = _kv_head_count(ckpt, stack, n_heads, head_dim, from_config)
+    notes, qk_norm = _family_notes(ckpt, stack)
     return Layout(
         arch=arch,
         model_type=model_type,
@@ -416,7 +507,8 @@ def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None)
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        rotary_dim=rotary_dim,
+        rotary_dim=_rotary_dim(ckpt, arch, head_dim),
         qk_norm=qk_norm,
         source=source,
+        notes=notes,
     )

@@ -408,11 +408,7 @@ def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
             "the block energies ‖W_Q[:, j]‖² + ‖W_Q[:, j']‖² − (same for W_K) "
             "(rotary_gap_rel), not the whole key–query Gram."
         )
-    if layout.qk_norm:
-        notes.append(
-            "q and k are normalised per head (qk-norm): the key–query pair is not a pure "
-            "product, and its balance is not predicted."
-        )
+    notes += list(layout.notes)  # the family's: qk-norm, clipping
     for pair in PAIRS:
         if heads.loc[heads["pair"] == pair, "bias"].any():
             notes.append(
