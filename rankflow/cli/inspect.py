@@ -62,6 +62,13 @@ def add_parser(sub) -> None:
         metavar="TOL",
         help="numerical rank counts singular values > TOL·s_1 (default: %(default)s)",
     )
+    parser.add_argument(
+        "--spectra",
+        action="store_true",
+        help="also write spectra.parquet/.csv (per head W_QK, W_OV; per layer W_Q, W_K, W_V, "
+        "W_O: stable_rank, Marchenko–Pastur edge, num_spikes, mp_softrank, alpha, shuffled "
+        "null), spectra_sv.parquet and spectra.png",
+    )
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
 
@@ -74,6 +81,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     check_out(args.out, "inspect")
     t0 = time.perf_counter()
+    figures = None if args.no_figures else plots.inspection_figures
+    if args.spectra:
+        figures = _spectra_outputs(args, figures)
     res = inspect_checkpoint(
         args.path,
         out=args.out,
@@ -82,7 +92,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         heads=args.heads,
         scatter=args.scatter,
         rank_tol=args.rank_tol,
-        figures=None if args.no_figures else plots.inspection_figures,
+        figures=figures,
         progress=False if args.quiet else None,
     )
     if not args.quiet:
@@ -90,3 +100,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     n = len(res.meta["layers"])
     print(f"{n} layers in {time.perf_counter() - t0:.1f} s → {args.out}")
     return 0
+
+
+def _spectra_outputs(args: argparse.Namespace, figures):
+    """``figures`` plus the spectra tables (and figure), computed in a first pass."""
+    from .. import plots
+    from ..inspect import inspect_spectra, with_spectra
+
+    kw = dict(arch=args.arch, layers=args.layers, heads=args.heads)
+    spectra = inspect_spectra(args.path, progress=False if args.quiet else None, **kw)
+    figure = None if args.no_figures else plots.spectra_writer()
+    return with_spectra(spectra, figures, figure)

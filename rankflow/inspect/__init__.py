@@ -15,7 +15,8 @@ Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (namin
 layout of each family, per-head factors), ``_stats`` (statistics of one pair),
 ``_run`` (the loop, null pairing, summary and outputs), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
-random initialisations).
+random initialisations), ``_spectra`` (singular-value spectra with a Marchenko–Pastur
+noise edge, spikes, power-law α) and ``_spectra_layers`` (those per head and layer).
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
@@ -45,6 +46,14 @@ from ._run import inspect_layer as inspect_layer
 from ._run import load_inspection as load_inspection
 from ._run import parse_layers as parse_layers
 from ._run import theory_rows as theory_rows
+from ._spectra import SPECTRUM_COLUMNS as SPECTRUM_COLUMNS
+from ._spectra import matrix_spectrum as matrix_spectrum
+from ._spectra import noise_sigma as noise_sigma
+from ._spectra import powerlaw_fit as powerlaw_fit
+from ._spectra import product_spectrum as product_spectrum
+from ._spectra_layers import inspect_spectra as inspect_spectra
+from ._spectra_layers import layer_spectra as layer_spectra
+from ._spectra_layers import with_spectra as with_spectra
 from ._stats import STATISTICS as STATISTICS
 from ._stats import Factor as Factor
 from ._stats import pair_statistics as pair_statistics
@@ -52,6 +61,7 @@ from ._stats import pair_statistics as pair_statistics
 __all__ = [
     "ARCHS",
     "PAIRS",
+    "SPECTRUM_COLUMNS",
     "STATISTICS",
     "Checkpoint",
     "Factor",
@@ -80,4 +90,11 @@ __all__ = [
     "unit_shapes",
     "unit_statistics",
     "wishart_grams",
+    "inspect_spectra",
+    "layer_spectra",
+    "matrix_spectrum",
+    "noise_sigma",
+    "powerlaw_fit",
+    "product_spectrum",
+    "with_spectra",
 ]

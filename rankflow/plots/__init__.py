@@ -38,8 +38,12 @@ from .reproduce import balancing_figure as balancing_figure
 from .reproduce import floor_figure as floor_figure
 from .reproduce import rank_figure as rank_figure
 from .reproduce import toy_spectrum_figure as toy_spectrum_figure
+from .spectra import spectra_figure as spectra_figure
+from .spectra import spectra_writer as spectra_writer
 
 __all__ = [
+    "spectra_figure",
+    "spectra_writer",
     "DPI",
     "LABELS",
     "attention_ablation_figure",
