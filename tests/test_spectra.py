@@ -59,7 +59,8 @@ SPIKES = [1.5, 2.0, 3.0, 5.0, 30.0]  # multiples of the bulk edge
 
 def test_planted_spikes_counted_exactly():
     """k spikes at 1.5–30× the edge (all beyond the BBP transition), 20 seeds each:
-    num_spikes = k every time, and σ̂ is within 6% of σ (5 spikes of 80 values push the median up by ~3%)."""
+    num_spikes = k every time, and σ̂ is within 6% of σ (5 spikes of 80 values push the
+    median up by ~3%)."""
     for k in range(1, len(SPIKES) + 1):
         for seed in range(20):
             res = matrix_spectrum(planted(seed, [edge() * v for v in SPIKES[:k]]))
