@@ -221,7 +221,9 @@ def write_checkpoint(folder: str | Path, tensors: Mapping[str, np.ndarray], conf
         save_file(dict(tensors), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         if folder.exists():  # a chunk run again: its old export goes
-            old = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old"))
+            old = Path(
+                tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".old")
+            )
             os.replace(folder, old / folder.name)
             os.replace(tmp, folder)
             shutil.rmtree(old, ignore_errors=True)

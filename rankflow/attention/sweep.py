@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from .. import engine, store
-from ..schema import ConfigError
 from ..schedules import schedule_columns, unit_clock
+from ..schema import ConfigError
 from . import config as config_lib
 from .export import EXPORT, check_export_memory, export_runs
 from .observables import HEAD_COLUMNS, PAIRS
