@@ -95,8 +95,10 @@ def run(
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
-    from .. import engine
-    from .sweep import ATTENTION
+    from ..engine import enable_compilation_cache
+    from .sweep import execute
 
-    results, _ = engine.run(ATTENTION, config, overrides, quiet=quiet, **options)
+    cfg = resolve(config, overrides)
+    enable_compilation_cache()
+    results, _ = execute(cfg, quiet=quiet, **options)
     return results

@@ -59,6 +59,7 @@ __all__ = [
     "lam_of",
     "lr_of",
     "resolve",
+    "export_steps",
     "save_steps",
     "structure_key",
     "to_json",
@@ -199,6 +200,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
             INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", ge(1)
         ),
         "eval_every": Field(INT, 50, "steps between saves (observables and losses)", ge(1)),
+        "export_every": Field(
+            INT,
+            0,
+            "steps between exported checkpoints (Hugging Face safetensors in "
+            "DIR/export/; 0: none); a multiple of train.eval_every dividing train.steps",
+            ge(0),
+        ),
         "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0)),
         "decay": Field(
             LIST,
@@ -396,6 +404,8 @@ def validate(cfg: Mapping[str, Any]) -> None:
             f"train.eval_every: must divide train.steps = {tr['steps']} (saves at whole "
             f"multiples), got {tr['eval_every']}"
         )
+    if tr["export_every"]:
+        _check_export(cfg)
     err = schedule_error(
         "train", tr["schedule"], tr["warmup"], tr["final_fraction"], tr["steps"], "train.steps"
     )
@@ -408,6 +418,28 @@ def validate(cfg: Mapping[str, Any]) -> None:
                 f"train.lam_{g}: group {g!r} is not in train.decay = {tr['decay']}, so it is "
                 f"not decayed; add it to train.decay or drop train.lam_{g}"
             )
+
+
+def _check_export(point: Mapping[str, Any]) -> None:
+    """Exported checkpoints fall on saves, and exist only for models that a Hugging
+    Face architecture holds (GPT-2 for token decoders, ViT with a class token)."""
+    tr, t, a = point["train"], point["task"], point["attention"]
+    k, every = tr["export_every"], tr["eval_every"]
+    if k % every or tr["steps"] % k:
+        raise ConfigError(
+            f"train.export_every: must be a multiple of train.eval_every = {every} (exports "
+            f"fall on saves) and divide train.steps = {tr['steps']}, got {k}"
+        )
+    if t["kind"] == "in_context_regression":
+        raise ConfigError(
+            "train.export_every: in_context_regression reads vectors, which no Hugging "
+            "Face architecture (GPT-2 naming) holds; exports are of token and image models"
+        )
+    if t["kind"] == "images" and a["pooling"] != "cls":
+        raise ConfigError(
+            f"train.export_every: Hugging Face's ViT pools the class token; "
+            f"attention.pooling = {a['pooling']!r} has no ViT export (use cls)"
+        )
 
 
 def derive(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -467,6 +499,13 @@ def save_steps(point: Mapping[str, Any]) -> list[int]:
     """The saved steps 0, eval_every, …, steps."""
     tr = point["train"]
     return list(range(0, tr["steps"] + 1, tr["eval_every"]))
+
+
+def export_steps(point: Mapping[str, Any]) -> list[int]:
+    """The exported steps 0, export_every, …, steps (none when export_every is 0)."""
+    tr = point["train"]
+    k = tr.get("export_every", 0)
+    return list(range(0, tr["steps"] + 1, k)) if k else []
 
 
 def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:

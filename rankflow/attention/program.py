@@ -10,6 +10,12 @@ A run saves, at steps 0, eval_every, …, steps: every per-head observable of bo
 fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequences) and
 ``val_loss`` (the fixed validation set); classification tasks (images) also save
 ``train_accuracy`` and ``val_accuracy`` on the same sets.
+
+With ``train.export_every`` = K the program also returns ``params``: every run's
+parameter pytree at steps 0, K, 2K, …, steps (leaves (runs, exports, …)), for
+:mod:`.export` to write as checkpoints. Discrete training stacks only those
+(exports × parameters per run); gradient flow observes the parameters at every save
+and keeps the exported ones (saves × parameters inside the program).
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ class Program:
     :data:`.observables.HEAD_COLUMNS` with shape (runs, saves, layers, H, 2) (pairs
     last), ``sv`` (runs, saves, layers, H, 2, d_h),
     ``train_loss``, ``val_loss``, (classification tasks) ``train_accuracy``,
-    ``val_accuracy``, and ``status`` (runs, saves)."""
+    ``val_accuracy``, ``status`` (runs, saves) and, with ``train.export_every``,
+    ``params`` (the parameter pytree, leaves (runs, exports, …))."""
 
     point: dict[str, Any]
     key: str
@@ -62,6 +69,7 @@ class Program:
         self.kind = pt["train"]["kind"]
         self.decay = tuple(pt["train"]["decay"])
         self.steps = np.asarray(config_lib.save_steps(pt))
+        self.export_steps = np.asarray(config_lib.export_steps(pt), np.int64)
         self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
@@ -136,9 +144,12 @@ class Program:
         batch_key = self.keys(p["seed"])[1]
         hyper = self.hyper(p)
         layers = self.spec.layers
+        exporting = len(self.export_steps) > 0
 
         def observe(params, train_set):
             out = {"factors": head_factors(params, layers)}
+            if exporting and self.continuous:
+                out["params"] = params
             out["train_loss"] = self.loss(params, train_set)
             out["val_loss"] = self.loss(params, data["val"])
             if task.classifier:
@@ -192,8 +203,16 @@ class Program:
                 every=tr["eval_every"],
                 saves=len(self.steps),
                 observe=lambda params: observe(params, data["train_eval"]),
+                export_every=tr["export_every"],
             )
-        return self._finish(obs, reached, max_steps_hit)
+        exported = obs.pop("params", None)
+        out = self._finish(obs, reached, max_steps_hit)
+        if exported is not None:
+            if self.continuous:
+                at = np.searchsorted(self.steps, self.export_steps)
+                exported = jax.tree.map(lambda x: x[at], exported)
+            out["params"] = exported
+        return out
 
     def _head_observables(self, factors, status):
         """Observables of every head at every save; NaN where the run is not ok (its

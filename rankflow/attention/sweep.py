@@ -18,22 +18,29 @@ hyperparameters (each group's λ as ``train.lam_<group>``), its structure, and e
 per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``).
 ``loss``: one row per run × saved step: ``train_loss``, ``val_loss`` (and, for the
 images task, ``train_accuracy``, ``val_accuracy``).
+
+With ``train.export_every`` a chunk also writes its runs' checkpoints into
+``DIR/export/`` (:mod:`.export`) before its tables, so a finished chunk has all of
+them; a chunk run again (resumed) writes them anew.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 import pandas as pd
 
 from .. import engine, store
 from ..schedules import schedule_columns, unit_clock
+from ..schema import ConfigError
 from . import config as config_lib
+from .export import EXPORT, check_export_memory, export_runs
 from .observables import HEAD_COLUMNS, PAIRS
 from .program import PARAM_KEYS, STATUS, params_of, program_for
 
@@ -73,15 +80,25 @@ def _cell(value):
     return ",".join(value) if isinstance(value, list) else value
 
 
-def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to) -> Results:
+def run_chunk(
+    points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to, export: str | None = None
+) -> Results:
     """Run ``runs`` (``(point index, 0)`` pairs of one structure) as one batch of the
-    structure's program, padded to ``pad_to`` runs; their two tables."""
+    structure's program, padded to ``pad_to`` runs; their two tables. With ``export``
+    (a folder) and ``train.export_every``, first write the runs' checkpoints there."""
     ids = [i for i, _ in runs]
     program = program_for(points[ids[0]])
     rows = [params_of(points[i]) for i in ids]
     out = program.run(engine.pad_runs(rows, PARAM_KEYS, pad_to))
+    exported = out.pop("params", None)
     out = {k: v[: len(rows)] for k, v in out.items()}
     steps = program.steps
+    if exported is not None and export is not None:
+        at = np.searchsorted(steps, program.export_steps)
+        extra = [{"config": config_lib.to_json(points[i])} for i in ids]
+        params = jax.tree.map(lambda x: x[: len(rows)], exported)
+        ok = out["status"][:, at] == 0
+        export_runs(export, ids, program.export_steps, params, ok, program.spec, extra)
     axes = getattr(points, "axes", ())
     n, S = len(rows), len(steps)
     L, H = program.spec.layers, program.spec.H
@@ -132,9 +149,13 @@ def run_chunk(points, runs: Sequence[tuple[int, int]], swept: list[str], pad_to)
     return Results(pd.DataFrame(heads), pd.DataFrame(loss))
 
 
+@dataclass(frozen=True)
 class AttentionFamily:
     """Transformers whose heads are factor pairs: config :mod:`.config`, program
-    :class:`.program.Program`, two tables (``heads``, ``loss``; one run per point)."""
+    :class:`.program.Program`, two tables (``heads``, ``loss``; one run per point);
+    ``export``: the folder of exported checkpoints (``train.export_every``), if any."""
+
+    export: str | None = None
 
     # The loss file first: the heads file marks a chunk finished.
     tables = (LOSS, store.RESULTS)
@@ -155,7 +176,7 @@ class AttentionFamily:
     def run_chunk(
         self, points: Sequence[Mapping[str, Any]], chunk: engine.Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        res = run_chunk(points, list(chunk.runs), swept, chunk.pad_to)
+        res = run_chunk(points, list(chunk.runs), swept, chunk.pad_to, self.export)
         return {LOSS: res.loss, store.RESULTS: res.heads}
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> Results:
@@ -171,10 +192,34 @@ def plan(cfg: Mapping[str, Any], chunk: int | None = None):
     return engine.plan(ATTENTION, cfg, chunk)
 
 
-# ``execute(cfg, out=None, *, resume, chunk, executor, slurm, quiet)``: a resolved
-# attention config's sweep through the engine (:func:`rankflow.engine.execute`); returns the
-# family's result and a :class:`Summary`.
-execute = partial(engine.execute, ATTENTION, quiet=True)
+def execute(cfg: Mapping[str, Any], out: str | Path | None = None, **options: Any):
+    """A resolved attention config's sweep through the engine
+    (:func:`rankflow.engine.execute`; ``options``: ``resume``, ``chunk``, ``executor``,
+    ``slurm``, ``quiet``, default quiet); returns the family's result and a
+    :class:`rankflow.engine.Summary`. With ``train.export_every``, checkpoints go to
+    ``out/export/``: refused (one line, before anything compiles) without ``out`` or
+    when a chunk's stacked exports exceed :data:`.export.MAX_EXPORT_BYTES`."""
+    options.setdefault("quiet", True)
+    family = ATTENTION
+    points, chunks = plan(cfg, options.get("chunk"))
+    seen: set[int] = set()
+    for c in chunks:
+        point = points[c.runs[0][0]]
+        if c.group in seen or not config_lib.export_steps(point):
+            continue
+        seen.add(c.group)
+        if out is None:
+            raise ConfigError(
+                "train.export_every: exported checkpoints are written into the results "
+                "directory; pass --out (out=)"
+            )
+        program = program_for(point)
+        # Gradient flow holds the parameters of every save inside its program.
+        held = len(program.steps) if program.continuous else len(program.export_steps)
+        check_export_memory(program.spec, c.pad_to, held, f"chunk {c.index}")
+    if seen:
+        family = AttentionFamily(export=str(Path(out) / EXPORT))
+    return engine.execute(family, cfg, out, **options)
 
 
 def validation_baseline(path: str | Path) -> float | None:

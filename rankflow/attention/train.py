@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -59,14 +60,48 @@ def iterate(
     every: int,
     saves: int,
     observe: Callable,
+    export_every: int = 0,
 ) -> Saved:
     """Train from ``params0`` for ``every·(saves − 1)`` steps with minibatches
     ``sample(fold_in(key, k))``; returns ``observe(params)`` at steps 0, every, 2·every, …
     stacked along a leading axis of length ``saves`` (with every save reached: see
-    :func:`rankflow.optimizers.iterate`)."""
+    :func:`rankflow.optimizers.iterate`).
+
+    With ``export_every`` (a multiple of ``every`` dividing ``every·(saves − 1)``) the
+    observations also hold ``"params"``: the parameter pytree at steps 0,
+    export_every, 2·export_every, …, stacked along a leading axis of that length."""
     grad = jax.grad(loss)
 
     def grads(params, k):
         return grad(params, sample(jax.random.fold_in(key, k)))
 
-    return optimizers.iterate(opt, grads, params0, every * np.arange(saves), observe)
+    if not export_every:
+        return optimizers.iterate(opt, grads, params0, every * np.arange(saves), observe)
+    return _iterate_exporting(opt, grads, params0, every, saves, export_every // every, observe)
+
+
+def _iterate_exporting(opt, grads, params0, every: int, saves: int, per: int, observe) -> Saved:
+    """:func:`iterate` as two nested scans, saves inside exports, so that only the
+    exported parameters are stacked (memory: exports × parameters, not saves ×)."""
+
+    def step(carry):
+        params, state, k = carry
+        updates, state = opt.update(grads(params, k), state, params)
+        return optax.apply_updates(params, updates), state, k + 1
+
+    def interval(carry, _):
+        carry = jax.lax.scan(lambda c, _: (step(c), None), carry, length=every)[0]
+        return carry, observe(carry[0])
+
+    def export(carry, _):
+        carry, obs = jax.lax.scan(interval, carry, length=per)
+        return carry, (obs, carry[0])
+
+    carry = (params0, opt.init(params0), jnp.asarray(0, jnp.int32))
+    _, (obs, params) = jax.lax.scan(export, carry, length=(saves - 1) // per)
+    flat = lambda x: jnp.reshape(x, (x.shape[0] * x.shape[1],) + x.shape[2:])
+    first = lambda a, b: jnp.concatenate([a[None], b])
+    ys = jax.tree.map(first, observe(params0), jax.tree.map(flat, obs))
+    ys["params"] = jax.tree.map(first, params0, params)
+    reached = jnp.ones(saves, bool)
+    return Saved(ys, reached, ~reached)

@@ -52,6 +52,14 @@ def _add_train(attention_sub) -> None:
     att_train.add_argument(
         "--chunk", type=int, metavar="N", help="runs per chunk (default: ≤ 32 per structure)"
     )
+    att_train.add_argument(
+        "--export-every",
+        type=int,
+        metavar="K",
+        help="also write Hugging Face checkpoints (safetensors + config.json; GPT-2 "
+        "naming, ViT for images) every K steps to DIR/export/run_<id>/step_<k>/, which "
+        "rankflow inspect reads (= --set train.export_every=K)",
+    )
     att_train.add_argument("--quiet", action="store_true", help="no progress bar")
     add_executor_options(att_train)
 
@@ -78,6 +86,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ..attention import resolve
     from ..attention.sweep import execute
 
+    if args.export_every is not None:
+        args.sets = [*args.sets, f"train.export_every={args.export_every}"]
     return run_sweep(resolve, execute, args)
 
 

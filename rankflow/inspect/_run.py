@@ -306,7 +306,9 @@ def inspect_layer(
 def _inspect_one(lw, layout, layer, rank_tol, scatter):
     """:func:`inspect_layer`'s rows and Gram entries, and the layer's pair gaps."""
     units = _layer_units(lw, layout)
-    bias = {"qk": lw.bq is not None or lw.bk is not None, "vo": lw.bv is not None}
+    # A bias stored as zeros (rankflow's exports, for GPT-2's fused layout) is none.
+    given = lambda b: b is not None and bool(np.any(b))
+    bias = {"qk": given(lw.bq) or given(lw.bk), "vo": given(lw.bv)}
     rows, grams = _unit_rows(units, layout, layer, bias, rank_tol, scatter)
     return rows, grams, _pair_gaps(units, layout)
 
