@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..config import ConfigError
 from ..writer import check_out
 from .common import add_command
 
@@ -26,7 +27,14 @@ def add_parser(sub) -> None:
         "and heads.csv (the table), grams.parquet, summary.md, scatter.png, layers.png, and "
         "inspect.json last.",
     )
-    parser.add_argument("path", metavar="PATH", help="checkpoint file, index or folder")
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="+",
+        help="checkpoint file, index or folder, or a Hugging Face repo id org/name[@revision] "
+        "(from the local cache; offline with HF_HUB_OFFLINE=1); several PATHs (or a folder "
+        "of revisions step1000/…, or a list file of `STEP PATH` lines): a series",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument(
         "--arch",
@@ -62,6 +70,35 @@ def add_parser(sub) -> None:
         metavar="TOL",
         help="numerical rank counts singular values > TOL·s_1 (default: %(default)s)",
     )
+    series = parser.add_argument_group(
+        "checkpoint series",
+        "the decay of each head's gap against the training step, fitted per head and per "
+        "layer; with --lam and a learning rate, beside T5's prediction Π(1 − η_kλ)² "
+        "(GD/SGD; an observation for other optimizers) and gradient flow's e^{−2λ∫η}",
+    )
+    series.add_argument(
+        "--steps", nargs="+", type=int, metavar="S", help="training step of each PATH"
+    )
+    series.add_argument(
+        "--revision",
+        nargs="+",
+        metavar="REV",
+        help="revision(s) of the repo id PATH (branch, tag or commit, e.g. step1000); "
+        "several: a series, steps from their names unless --steps",
+    )
+    series.add_argument("--lr", type=float, metavar="ETA", help="constant learning rate η")
+    series.add_argument(
+        "--lr-schedule",
+        metavar="FILE",
+        help="learning rate per step: CSV/TSV with columns step and lr (or a parquet "
+        "table), interpolated linearly between rows, covering the checkpoints' steps",
+    )
+    series.add_argument("--lam", type=float, metavar="LAM", help="weight decay λ")
+    series.add_argument(
+        "--statistic",
+        default="balance_gap_rel",
+        help="the gap column fitted (default: %(default)s; rotary_gap_rel for rotary models)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
 
@@ -70,12 +107,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Inspect the checkpoint into ``--out``, its figures drawn by ``rankflow.plots``
     (unless ``--no-figures``); print the summary."""
     from .. import plots
-    from ..inspect import inspect_checkpoint
+    from ..inspect import inspect_checkpoint, is_series
 
+    if is_series(args.path, args.steps, args.revision):
+        return _series(args)
+    path = args.path[0] + (f"@{args.revision[0]}" if args.revision else "")
+    if args.lr is not None or args.lam is not None or args.lr_schedule is not None:
+        raise ConfigError("--lam/--lr/--lr-schedule: these describe a series; give several PATHs")
     check_out(args.out, "inspect")
     t0 = time.perf_counter()
     res = inspect_checkpoint(
-        args.path,
+        path,
         out=args.out,
         arch=args.arch,
         layers=args.layers,
@@ -89,4 +131,35 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(res.summary)
     n = len(res.meta["layers"])
     print(f"{n} layers in {time.perf_counter() - t0:.1f} s → {args.out}")
+    return 0
+
+
+def _series(args: argparse.Namespace) -> int:
+    """Inspect a checkpoint series into ``--out``; print its summary."""
+    from .. import plots
+    from ..inspect import inspect_series
+
+    check_out(args.out, "inspect-series")
+    if args.scatter:
+        raise ConfigError("--scatter: a series draws no Gram scatter; inspect one checkpoint")
+    t0 = time.perf_counter()
+    res = inspect_series(
+        args.path,
+        args.steps,
+        args.out,
+        lr=args.lr,
+        lam=args.lam,
+        schedule=args.lr_schedule,
+        revisions=args.revision,
+        statistic=args.statistic,
+        arch=args.arch,
+        layers=args.layers,
+        heads=args.heads,
+        rank_tol=args.rank_tol,
+        figures=None if args.no_figures else plots.series_figures,
+        progress=False if args.quiet else None,
+    )
+    if not args.quiet:
+        print(res.summary)
+    print(f"{len(res.steps)} checkpoints in {time.perf_counter() - t0:.1f} s → {args.out}")
     return 0

@@ -15,7 +15,9 @@ Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (namin
 layout of each family, per-head factors), ``_stats`` (statistics of one pair),
 ``_run`` (the loop, null pairing, summary and outputs), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
-random initialisations).
+random initialisations), ``_series`` (checkpoints across training: the decay of each
+head's gap against the step, against T5/T4's prediction), ``_hub`` (Hugging Face repo
+ids → the local cache), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
@@ -27,6 +29,8 @@ from ._families import Layout as Layout
 from ._families import canonical as canonical
 from ._families import infer_layout as infer_layout
 from ._families import layer_tensor_names as layer_tensor_names
+from ._hub import hub_cache as hub_cache
+from ._hub import resolve_repo as resolve_repo
 from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
 from ._permutation import UnitShape as UnitShape
@@ -45,11 +49,29 @@ from ._run import inspect_layer as inspect_layer
 from ._run import load_inspection as load_inspection
 from ._run import parse_layers as parse_layers
 from ._run import theory_rows as theory_rows
+from ._series import SeriesInspection as SeriesInspection
+from ._series import fit_series as fit_series
+from ._series import inspect_series as inspect_series
+from ._series import is_series as is_series
+from ._series import load_series as load_series
+from ._series import predicted_exponents as predicted_exponents
+from ._series import read_lr_schedule as read_lr_schedule
+from ._series import series_sources as series_sources
 from ._stats import STATISTICS as STATISTICS
 from ._stats import Factor as Factor
 from ._stats import pair_statistics as pair_statistics
 
 __all__ = [
+    "SeriesInspection",
+    "fit_series",
+    "hub_cache",
+    "inspect_series",
+    "is_series",
+    "load_series",
+    "predicted_exponents",
+    "read_lr_schedule",
+    "resolve_repo",
+    "series_sources",
     "ARCHS",
     "PAIRS",
     "STATISTICS",

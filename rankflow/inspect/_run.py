@@ -473,8 +473,8 @@ def inspect_checkpoint(
     Args:
         path: a ``.safetensors`` file, a ``*.safetensors.index.json`` index of shards,
             a folder holding either, or a Hugging Face repo id ``org/name[@revision]``
-            (its snapshot in the local cache, :func:`~._hub.resolve_repo`) (``config.json`` beside the weights is used for
-            the architecture and head layout when present).
+            (its snapshot in the local cache; PyTorch ``.bin`` through torch).
+            ``config.json`` beside the weights gives the architecture and head layout.
         out: directory for ``heads.parquet``/``heads.csv`` (the table), ``grams.parquet``
             (Gram entries of the scatter heads), ``summary.md``, the figures and
             ``inspect.json`` (written last). ``None``: write nothing.

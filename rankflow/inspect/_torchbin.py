@@ -53,7 +53,8 @@ def read_torch_header(file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str,
     PyTorch checkpoint; non-float dtypes keep torch's name (``"int64"``)."""
     state = _load(file)
     shapes = {k: tuple(int(d) for d in v.shape) for k, v in state.items()}
-    dtypes = {k: _DTYPES.get(str(v.dtype).removeprefix("torch."), str(v.dtype)) for k, v in state.items()}
+    names = {k: str(v.dtype).removeprefix("torch.") for k, v in state.items()}
+    dtypes = {k: _DTYPES.get(n, n) for k, n in names.items()}
     return shapes, dtypes
 
 
