@@ -512,8 +512,8 @@ def test_missing_and_unreadable_files(tmp_path):
     _error(tmp_path, tmp_path / "nope", "no such file")
     (tmp_path / "empty").mkdir()
     _error(tmp_path, tmp_path / "empty", "no .safetensors file")
-    (tmp_path / "w.bin").write_bytes(b"x")
-    _error(tmp_path, tmp_path / "w.bin", "not a safetensors checkpoint")
+    (tmp_path / "w.txt").write_bytes(b"x")
+    _error(tmp_path, tmp_path / "w.txt", "not a checkpoint")
     (tmp_path / "g.safetensors").write_bytes(b"this is not a safetensors file at all")
     _error(tmp_path, tmp_path / "g.safetensors", "g.safetensors: not a readable safetensors")
 

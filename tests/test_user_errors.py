@@ -117,6 +117,7 @@ def _files(tmp: Path) -> dict[str, Path]:
     (tmp / "custom_missing.toml").write_text(CUSTOM.format(name="x").replace("user_losses", "nope"))
     (tmp / "attention.toml").write_text(ATTENTION)
     _nan_checkpoint(tmp / "nan_ckpt")
+    (tmp / "lr_bad.csv").write_text("step,rate\n0,0.1\n")
     return {}
 
 
@@ -227,6 +228,31 @@ CASES = [
         2,
     ),
     (
+        "inspect series: steps not matching the checkpoints",
+        ["inspect", "nan_ckpt", "nan_ckpt", "--steps", "0", "--out", "out", "--quiet"],
+        "--steps: 1 steps for 2 checkpoints; give one step each",
+        2,
+    ),
+    (
+        "inspect series: unsorted steps",
+        ["inspect", "nan_ckpt", "nan_ckpt", "--steps", "5", "3", "--out", "out", "--quiet"],
+        "--steps: steps are not increasing: 5 (nan_ckpt) before 3 (nan_ckpt)",
+        2,
+    ),
+    (
+        "inspect series: schedule file without an lr column",
+        ["inspect", "nan_ckpt", "nan_ckpt", "--steps", "0", "1", "--lam", "0.1"]
+        + ["--lr-schedule", "lr_bad.csv", "--out", "out", "--quiet"],
+        "lr_bad.csv: field 'lr': no such column (columns: step, rate)",
+        2,
+    ),
+    (
+        "inspect series: a revision not in the offline cache",
+        ["inspect", "org/none", "--revision", "step1", "step2", "--out", "out", "--quiet"],
+        "org/none@step1: not in the Hugging Face cache",
+        2,
+    ),
+    (
         "attention momentum μ > 1",
         ["attention", "train", "attention.toml", "--out", "out"]
         + _sets("train.kind='momentum'", "train.mu=2.0"),
@@ -310,6 +336,8 @@ def inputs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("RANKFLOW_MAX_RUNS", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))  # empty, offline
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield tmp_path
     sys.modules.pop("user_losses", None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..config import ConfigError
 from ..writer import check_out
 from .common import add_command
 
@@ -26,7 +27,14 @@ def add_parser(sub) -> None:
         "and heads.csv (the table), grams.parquet, summary.md, scatter.png, layers.png, and "
         "inspect.json last.",
     )
-    parser.add_argument("path", metavar="PATH", help="checkpoint file, index or folder")
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="+",
+        help="checkpoint file, index or folder, or a Hugging Face repo id org/name[@revision] "
+        "(from the local cache; offline with HF_HUB_OFFLINE=1); several PATHs (or a folder "
+        "of revisions step1000/…, or a list file of `STEP PATH` lines): a series",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument(
         "--arch",
@@ -69,6 +77,35 @@ def add_parser(sub) -> None:
         "W_O: stable_rank, Marchenko–Pastur edge, num_spikes, mp_softrank, alpha, shuffled "
         "null), spectra_sv.parquet and spectra.png",
     )
+    series = parser.add_argument_group(
+        "checkpoint series",
+        "the decay of each head's gap against the training step, fitted per head and per "
+        "layer; with --lam and a learning rate, beside T5's prediction Π(1 − η_kλ)² "
+        "(GD/SGD; an observation for other optimizers) and gradient flow's e^{−2λ∫η}",
+    )
+    series.add_argument(
+        "--steps", nargs="+", type=int, metavar="S", help="training step of each PATH"
+    )
+    series.add_argument(
+        "--revision",
+        nargs="+",
+        metavar="REV",
+        help="revision(s) of the repo id PATH (branch, tag or commit, e.g. step1000); "
+        "several: a series, steps from their names unless --steps",
+    )
+    series.add_argument("--lr", type=float, metavar="ETA", help="constant learning rate η")
+    series.add_argument(
+        "--lr-schedule",
+        metavar="FILE",
+        help="learning rate per step: CSV/TSV with columns step and lr (or a parquet "
+        "table), interpolated linearly between rows, covering the checkpoints' steps",
+    )
+    series.add_argument("--lam", type=float, metavar="LAM", help="weight decay λ")
+    series.add_argument(
+        "--statistic",
+        default="balance_gap_rel",
+        help="the gap column fitted (default: %(default)s; rotary_gap_rel for rotary models)",
+    )
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
 
@@ -77,15 +114,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Inspect the checkpoint into ``--out``, its figures drawn by ``rankflow.plots``
     (unless ``--no-figures``); print the summary."""
     from .. import plots
-    from ..inspect import inspect_checkpoint
+    from ..inspect import inspect_checkpoint, is_series
 
+    if is_series(args.path, args.steps, args.revision):
+        return _series(args)
+    path = args.path[0] + (f"@{args.revision[0]}" if args.revision else "")
+    if args.lr is not None or args.lam is not None or args.lr_schedule is not None:
+        raise ConfigError("--lam/--lr/--lr-schedule: these describe a series; give several PATHs")
     check_out(args.out, "inspect")
     t0 = time.perf_counter()
     figures = None if args.no_figures else plots.inspection_figures
     if args.spectra:
-        figures = _spectra_outputs(args, figures)
+        figures = _spectra_outputs(args, path, figures)
     res = inspect_checkpoint(
-        args.path,
+        path,
         out=args.out,
         arch=args.arch,
         layers=args.layers,
@@ -102,12 +144,43 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spectra_outputs(args: argparse.Namespace, figures):
+def _spectra_outputs(args: argparse.Namespace, path: str, figures):
     """``figures`` plus the spectra tables (and figure), computed in a first pass."""
     from .. import plots
-    from ..inspect import inspect_spectra, with_spectra
+    from ..inspect import inspect_spectra, locate, with_spectra
 
     kw = dict(arch=args.arch, layers=args.layers, heads=args.heads)
-    spectra = inspect_spectra(args.path, progress=False if args.quiet else None, **kw)
+    spectra = inspect_spectra(locate(path), progress=False if args.quiet else None, **kw)
     figure = None if args.no_figures else plots.spectra_writer()
     return with_spectra(spectra, figures, figure)
+
+
+def _series(args: argparse.Namespace) -> int:
+    """Inspect a checkpoint series into ``--out``; print its summary."""
+    from .. import plots
+    from ..inspect import inspect_series
+
+    check_out(args.out, "inspect-series")
+    if args.scatter:
+        raise ConfigError("--scatter: a series draws no Gram scatter; inspect one checkpoint")
+    t0 = time.perf_counter()
+    res = inspect_series(
+        args.path,
+        args.steps,
+        args.out,
+        lr=args.lr,
+        lam=args.lam,
+        schedule=args.lr_schedule,
+        revisions=args.revision,
+        statistic=args.statistic,
+        arch=args.arch,
+        layers=args.layers,
+        heads=args.heads,
+        rank_tol=args.rank_tol,
+        figures=None if args.no_figures else plots.series_figures,
+        progress=False if args.quiet else None,
+    )
+    if not args.quiet:
+        print(res.summary)
+    print(f"{len(res.steps)} checkpoints in {time.perf_counter() - t0:.1f} s → {args.out}")
+    return 0

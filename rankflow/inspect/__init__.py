@@ -16,7 +16,10 @@ layout of each family, per-head factors), ``_stats`` (statistics of one pair),
 ``_run`` (the loop, null pairing, summary and outputs), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
 random initialisations), ``_spectra`` (singular-value spectra with a Marchenko–Pastur
-noise edge, spikes, power-law α) and ``_spectra_layers`` (those per head and layer).
+noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
+``_series`` (checkpoints across training: the decay of each
+head's gap against the step, against T5/T4's prediction), ``_hub`` (Hugging Face repo
+ids → the local cache), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
@@ -28,6 +31,8 @@ from ._families import Layout as Layout
 from ._families import canonical as canonical
 from ._families import infer_layout as infer_layout
 from ._families import layer_tensor_names as layer_tensor_names
+from ._hub import hub_cache as hub_cache
+from ._hub import resolve_repo as resolve_repo
 from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
 from ._permutation import UnitShape as UnitShape
@@ -46,6 +51,14 @@ from ._run import inspect_layer as inspect_layer
 from ._run import load_inspection as load_inspection
 from ._run import parse_layers as parse_layers
 from ._run import theory_rows as theory_rows
+from ._series import SeriesInspection as SeriesInspection
+from ._series import fit_series as fit_series
+from ._series import inspect_series as inspect_series
+from ._series import is_series as is_series
+from ._series import load_series as load_series
+from ._series import predicted_exponents as predicted_exponents
+from ._series import read_lr_schedule as read_lr_schedule
+from ._series import series_sources as series_sources
 from ._spectra import SPECTRUM_COLUMNS as SPECTRUM_COLUMNS
 from ._spectra import matrix_spectrum as matrix_spectrum
 from ._spectra import noise_sigma as noise_sigma
@@ -59,6 +72,16 @@ from ._stats import Factor as Factor
 from ._stats import pair_statistics as pair_statistics
 
 __all__ = [
+    "SeriesInspection",
+    "fit_series",
+    "hub_cache",
+    "inspect_series",
+    "is_series",
+    "load_series",
+    "predicted_exponents",
+    "read_lr_schedule",
+    "resolve_repo",
+    "series_sources",
     "ARCHS",
     "PAIRS",
     "SPECTRUM_COLUMNS",

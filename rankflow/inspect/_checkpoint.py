@@ -1,7 +1,8 @@
 """Safetensors checkpoints on disk: which files, which tensors, read one layer at a time.
 
 A checkpoint is a ``.safetensors`` file, a sharded index (``*.safetensors.index.json``)
-or a folder holding either, with an optional ``config.json`` beside it. Opening one
+or a folder holding either (or the same of PyTorch ``.bin`` files, read through torch by
+:mod:`._torchbin`), with an optional ``config.json`` beside it. Opening one
 reads the headers only (names, shapes, dtypes); tensor data is read by
 :meth:`Checkpoint.read`, which opens the shard files anew on every call.
 
@@ -20,19 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
+from ._errors import InspectError
+from ._torchbin import TORCH_SUFFIXES, read_torch_header, read_torch_tensors
 
 __all__ = ["Checkpoint", "InspectError", "open_checkpoint"]
 
 # Dtypes read as weights; everything else (integer: quantized, F8: scaled) is refused.
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 INDEX_SUFFIX = ".safetensors.index.json"
-
-
-class InspectError(ConfigError):
-    """A checkpoint cannot be inspected: missing, unreadable or truncated file, unknown
-    architecture, tensors that do not match the config. The message names the file
-    and, where there is one, the tensor."""
+TORCH_INDEX = "pytorch_model.bin.index.json"
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,15 @@ class Checkpoint:
         """``'NAME' in FILE`` for error messages."""
         return f"tensor {name!r} in {self.where.get(name, self.path)}"
 
+    def _check_dtypes(self, names: Iterable[str]) -> None:
+        for name in names:
+            if self.dtypes[name] not in FLOAT_DTYPES:
+                raise InspectError(
+                    f"{self.describe(name)} has dtype {self.dtypes[name]}: only "
+                    f"{', '.join(FLOAT_DTYPES)} weights can be inspected "
+                    "(quantized or FP8 checkpoints are not supported)"
+                )
+
     def read(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         """The named tensors as numpy arrays in their stored dtype (copies), opening
         each file they live in once, and closing it before returning."""
@@ -77,6 +83,10 @@ class Checkpoint:
             by_file.setdefault(self.where[name], []).append(name)
         out = {}
         for file, group in by_file.items():
+            if file.suffix in TORCH_SUFFIXES:
+                self._check_dtypes(group)
+                out.update(read_torch_tensors(file, group))
+                continue
             try:
                 with safe_open(str(file), framework="numpy") as f:
                     for name in group:
@@ -123,6 +133,8 @@ def _read_header(file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]
         raise InspectError(f"{file}: no such file")
     if not file.is_file():
         raise InspectError(f"{file}: not a file")
+    if file.suffix in TORCH_SUFFIXES:
+        return read_torch_header(file)
     try:
         with safe_open(str(file), framework="numpy") as f:
             shapes, dtypes = {}, {}
@@ -173,19 +185,24 @@ def _resolve(path: Path) -> tuple[Path | None, Path | None, Path | None]:
                 f"{path}: several .safetensors files ({names}) and no "
                 f"model{INDEX_SUFFIX}; name the file to inspect"
             )
+        # PyTorch weights only where there are no safetensors (HF ships both alike).
+        if (path / TORCH_INDEX).is_file():
+            return None, path / TORCH_INDEX, config
+        if (path / "pytorch_model.bin").is_file():
+            return path / "pytorch_model.bin", None, config
         raise InspectError(
-            f"{path}: no .safetensors file or model{INDEX_SUFFIX} in this folder "
-            "(PyTorch .bin/.pt checkpoints must be converted to safetensors first)"
+            f"{path}: no .safetensors file, model{INDEX_SUFFIX}, pytorch_model.bin or "
+            f"{TORCH_INDEX} in this folder"
         )
     config = path.parent / "config.json"
     config = config if config.is_file() else None
-    if path.name.endswith(INDEX_SUFFIX):
+    if path.name.endswith(INDEX_SUFFIX) or path.name.endswith(".bin.index.json"):
         return None, path, config
-    if path.suffix == ".safetensors":
+    if path.suffix == ".safetensors" or path.suffix in TORCH_SUFFIXES:
         return path, None, config
     raise InspectError(
-        f"{path}: not a safetensors checkpoint (expected a .safetensors file, a "
-        f"*{INDEX_SUFFIX} index or a folder holding one)"
+        f"{path}: not a checkpoint (expected a .safetensors or PyTorch .bin/.pt file, a "
+        f"*{INDEX_SUFFIX} or *.bin.index.json index, or a folder holding one)"
     )
 
 

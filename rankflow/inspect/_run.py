@@ -25,6 +25,7 @@ from ..writer import check_out, claimed
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
+from ._hub import locate
 from ._permutation import layer_gap_matrices
 from ._stats import STATISTICS, Factor, pair_statistics
 
@@ -469,8 +470,9 @@ def inspect_checkpoint(
 
     Args:
         path: a ``.safetensors`` file, a ``*.safetensors.index.json`` index of shards,
-            or a folder holding either (``config.json`` beside the weights is used for
-            the architecture and head layout when present).
+            a folder holding either, or a Hugging Face repo id ``org/name[@revision]``
+            (its snapshot in the local cache; PyTorch ``.bin`` through torch).
+            ``config.json`` beside the weights gives the architecture and head layout.
         out: directory for ``heads.parquet``/``heads.csv`` (the table), ``grams.parquet``
             (Gram entries of the scatter heads), ``summary.md``, the figures and
             ``inspect.json`` (written last). ``None``: write nothing.
@@ -501,7 +503,7 @@ def inspect_checkpoint(
     t0 = datetime.datetime.now(datetime.UTC)
     if out is not None:
         check_out(out, "inspect")  # before reading: never into a folder not rankflow's
-    ckpt: Checkpoint = open_checkpoint(path)
+    ckpt: Checkpoint = open_checkpoint(locate(path))  # a Hub repo id: its cached snapshot
     layout = infer_layout(ckpt, arch=arch, heads=heads)
     chosen = parse_layers(layers, layout.n_layers)
     names = check_shapes(ckpt, layout, chosen)  # every shape, before reading anything

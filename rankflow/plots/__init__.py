@@ -9,8 +9,9 @@ the Agg canvas that ``Figure.savefig`` picks for raster formats. Conventions sha
 every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
-``attention``, ``reproduce`` and ``noise`` (the figures of ``rankflow reproduce`` the others do
-not draw); ``common`` holds axis text, colours, medians over runs and
+``inspect_series`` (checkpoint series), ``attention``, ``reproduce`` and ``noise`` (the
+figures of ``rankflow reproduce`` the others do not draw); ``common`` holds axis text,
+colours, medians over runs and
 :func:`save_figure`.
 """
 
@@ -32,6 +33,9 @@ from .core import quick_plot as quick_plot
 from .inspect import inspect_layers_figure as inspect_layers_figure
 from .inspect import inspect_scatter_figure as inspect_scatter_figure
 from .inspect import inspection_figures as inspection_figures
+from .inspect_series import series_figures as series_figures
+from .inspect_series import series_gap_figure as series_gap_figure
+from .inspect_series import series_rate_figure as series_rate_figure
 from .noise import noise_models_figure as noise_models_figure
 from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
 from .reproduce import balancing_figure as balancing_figure
@@ -66,6 +70,9 @@ __all__ = [
     "quick_plot",
     "rank_figure",
     "save_figure",
+    "series_figures",
+    "series_gap_figure",
+    "series_rate_figure",
     "toy_spectrum_figure",
     "write_compare_figures",
 ]

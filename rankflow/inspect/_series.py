@@ -1,0 +1,559 @@
+"""``inspect_series``: the balance gap of every head across a model's training.
+
+A series is checkpoints of one architecture at increasing training steps. Each is
+inspected as by :func:`~._run.inspect_checkpoint` (one checkpoint, one layer at a time),
+and the per-head gap (``balance_gap_rel`` by default) is fitted, per head and per layer,
+by least squares of its log against the step: the measured decay rate per step, with
+its standard error (:func:`rankflow.theory.fit_rate`), beside the same fit of the null
+pairing's gap.
+
+With a learning rate (constant ``lr``, or a schedule of (step, lr) rows) and ``lam``
+the fit is tabulated against two predictions, fitted the same way at the same steps:
+
+- ``predicted_rate`` (drawn): T5/T11 for GD and SGD, the leading factor
+  ``Π_k (1 − η_kλ)²`` (rate ``−2 log|1 − η_kλ|`` per step; ``(1 − ηλ)²`` per step for a
+  constant η, up to T5's O(η²) term);
+- ``predicted_rate_gf``: T4/T11 for gradient flow, ``e^{−2λ∫η}`` with ``η`` constant
+  on each step (``2ηλ`` per step).
+
+These are observations for any other optimizer (AdamW is outside the theory).
+Everything is checked (paths, steps, schedule, architectures and shapes from the
+headers) before any tensor is read; outputs are written at the end, each atomically,
+``series.json`` last.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..writer import check_out, claimed
+from ._checkpoint import InspectError, open_checkpoint
+from ._families import check_shapes, infer_layout
+from ._hub import is_repo_id, locate, split_revision
+from ._run import Inspection, inspect_checkpoint, parse_layers
+from ._stats import STATISTICS
+
+__all__ = [
+    "SeriesInspection",
+    "fit_series",
+    "inspect_series",
+    "is_series",
+    "load_series",
+    "predicted_exponents",
+    "read_lr_schedule",
+    "series_sources",
+]
+
+SERIES_TABLE, RATES_TABLE = "heads.parquet", "rates.parquet"
+LAYER_RATES_TABLE = "layer_rates.parquet"
+SERIES_META = "series.json"
+# Layout fields that every checkpoint of a series must share (the tensor shapes follow).
+_SAME = ("arch", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "rotary_dim")
+# The identity of one unit across checkpoints.
+UNIT_KEYS = ["layer", "pair", "unit", "head", "group", "theory"]
+_WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
+
+
+@dataclass(frozen=True)
+class SeriesInspection:
+    """What :func:`inspect_series` found.
+
+    ``heads``: the heads tables of every checkpoint, stacked, with ``step`` and
+    ``checkpoint`` (index in the series) first; ``rates``: one row per unit (layer,
+    pair, head or group): the fitted decay rate per step of ``statistic`` and of its
+    null twin, and the predictions; ``layer_rates``: per (layer, pair), the median and
+    quartiles over its theory units of those rates, and the rate fitted to the per-step
+    median gap; ``steps``: the steps; ``meta``: ``series.json``; ``out``: the directory.
+    """
+
+    heads: pd.DataFrame
+    rates: pd.DataFrame
+    layer_rates: pd.DataFrame
+    steps: tuple[int, ...]
+    meta: dict
+    summary: str
+    out: Path | None = None
+
+
+# --- sources: paths and steps ----------------------------------------------------------
+
+
+def _step_of(name: str) -> int | None:
+    """The step in a revision's name: ``step1000``, ``checkpoint-1000``,
+    ``global_step1000``, ``iter_0001000``, ``1000`` (None: no step in it)."""
+    m = re.fullmatch(r"(?:global_step|checkpoint|step|iter|revision|ckpt)?[-_]?(\d+)", name)
+    return int(m[1]) if m else None
+
+
+def series_sources(path: str | Path) -> tuple[list[str], list[int]]:
+    """(checkpoints, steps) of a folder of revisions or a list file.
+
+    A folder of revisions holds one sub-folder per checkpoint named by its step
+    (``step1000``, ``checkpoint-1000``, ``global_step1000``, ``1000``); sub-folders
+    without a step in the name are ignored. A list file (any other file) has one
+    checkpoint per line, ``STEP PATH`` (whitespace or comma between; ``#`` comments;
+    relative paths are relative to the list file; PATH may be a Hub repo id
+    ``org/name@revision``).
+    """
+    p = Path(path)
+    if p.is_dir():
+        subs = [(_step_of(d.name), str(d)) for d in p.iterdir() if d.is_dir()]
+        found = sorted((s, d) for s, d in subs if s is not None)
+        if len(found) < 2:
+            raise InspectError(
+                f"{p}: a folder of revisions needs at least 2 sub-folders named by their "
+                f"step (step1000, checkpoint-1000, …); found {len(found)}"
+            )
+        return [f for _, f in found], [s for s, _ in found]
+    if not p.is_file():
+        raise InspectError(f"{p}: no such file or directory")
+    paths, steps = [], []
+    for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = re.split(r"[\s,]+", line, maxsplit=1)
+        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[0]):
+            raise InspectError(f"{p}: line {n}: field 'step': expected `STEP PATH`, got {line!r}")
+        target = parts[1].strip()
+        here = p.parent / target
+        paths.append(target if is_repo_id(target) and not here.exists() else str(here))
+        steps.append(int(parts[0]))
+    return paths, steps
+
+
+def _check_steps(steps: Sequence[int], paths: Sequence[str], where: str) -> list[int]:
+    """Steps as ints, one per checkpoint, strictly increasing, ≥ 0."""
+    if len(steps) != len(paths):
+        raise InspectError(
+            f"{where}: {len(steps)} steps for {len(paths)} checkpoints; give one step each"
+        )
+    if len(paths) < 2:
+        raise InspectError(f"{where}: a series needs at least 2 checkpoints, got {len(paths)}")
+    out = []
+    for s in steps:
+        try:
+            v = int(s)
+        except (TypeError, ValueError):
+            raise InspectError(f"{where}: step {s!r} is not a whole number") from None
+        if v != float(s) or v < 0:
+            raise InspectError(f"{where}: step {s!r} is not a whole number ≥ 0")
+        out.append(v)
+    for i in range(1, len(out)):
+        if out[i] == out[i - 1]:
+            raise InspectError(f"{where}: step {out[i]} appears twice ({paths[i - 1]}, {paths[i]})")
+        if out[i] < out[i - 1]:
+            raise InspectError(
+                f"{where}: steps are not increasing: {out[i - 1]} ({paths[i - 1]}) before "
+                f"{out[i]} ({paths[i]}); list the checkpoints in training order"
+            )
+    return out
+
+
+# --- the learning rate and the predictions ---------------------------------------------
+
+
+def read_lr_schedule(file: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, lr) of a schedule file: CSV or whitespace-separated text with a header
+    naming the columns ``step`` and ``lr`` (or ``eta``), one row per step where the
+    learning rate is known (in between it is interpolated linearly); or a parquet table
+    with those columns. Steps strictly increasing, lr finite and ≥ 0."""
+    f = Path(file)
+    try:
+        if f.suffix == ".parquet":
+            df = pd.read_parquet(f)
+        else:
+            df = pd.read_csv(f, sep=None, engine="python", comment="#")
+    except FileNotFoundError:
+        raise InspectError(f"{f}: no such schedule file") from None
+    except Exception as e:  # pandas' parsers raise many kinds on a damaged file
+        raise InspectError(f"{f}: cannot read the schedule ({str(e).splitlines()[0]})") from None
+    lr_col = next((c for c in ("lr", "eta") if c in df.columns), None)
+    for field, col in (("step", "step" if "step" in df.columns else None), ("lr", lr_col)):
+        if col is None:
+            raise InspectError(
+                f"{f}: field {field!r}: no such column (columns: {', '.join(map(str, df.columns))})"
+            )
+    step = pd.to_numeric(df["step"], errors="coerce").to_numpy(np.float64)
+    lr = pd.to_numeric(df[lr_col], errors="coerce").to_numpy(np.float64)
+    if len(step) == 0:
+        raise InspectError(f"{f}: field 'step': no rows")
+    if not np.all(np.isfinite(step)) or np.any(step != np.round(step)) or np.any(step < 0):
+        raise InspectError(f"{f}: field 'step': every step must be a whole number ≥ 0")
+    if np.any(np.diff(step) <= 0):
+        i = int(np.argmax(np.diff(step) <= 0)) + 1
+        raise InspectError(f"{f}: field 'step': not increasing at row {i + 1} ({step[i]:g})")
+    if not np.all(np.isfinite(lr)) or np.any(lr < 0):
+        raise InspectError(f"{f}: field {lr_col!r}: every learning rate must be finite and ≥ 0")
+    return step.astype(np.int64), lr
+
+
+def _etas(steps: Sequence[int], lr: float | None, schedule, where: str) -> np.ndarray:
+    """η_k for k = steps[0] … steps[-1] − 1 (the steps between the first and last
+    checkpoint), from a constant ``lr`` or a (steps, lr) schedule that covers them."""
+    k = np.arange(steps[0], steps[-1], dtype=np.int64)
+    if schedule is None:
+        return np.full(k.shape, float(lr))
+    s, v = schedule
+    if s[0] > steps[0] or s[-1] < steps[-1] - 1:
+        raise InspectError(
+            f"{where}: field 'step': the schedule covers steps {s[0]}–{s[-1]}, but the "
+            f"checkpoints need the learning rate from step {steps[0]} to {steps[-1] - 1}"
+        )
+    return np.interp(k.astype(np.float64), s.astype(np.float64), v)
+
+
+def predicted_exponents(
+    steps: Sequence[int], lam: float, *, lr: float | None = None, schedule=None, where: str = "lr"
+) -> dict[str, np.ndarray]:
+    """The predicted ``−log(gap(s)/gap(s₀))`` at each step s of the series:
+    ``"gd"`` — T5/T11's leading factor, ``Σ_{s₀≤k<s} −2 log|1 − η_kλ|``; ``"gf"`` —
+    T4/T11, ``2λ Σ_{s₀≤k<s} η_k`` (``2λ∫η`` with η constant on each step). ``lr``
+    constant, or ``schedule`` = (steps, lr) of :func:`read_lr_schedule`."""
+    from ..theory import gd_balance_rate, gf_balance_rate
+
+    etas = _etas(list(steps), lr, schedule, where)
+    per_step = {
+        "gd": np.asarray(gd_balance_rate(etas, lam), np.float64),
+        "gf": np.asarray(gf_balance_rate(etas, lam), np.float64),
+    }
+    idx = np.asarray(steps, np.int64) - steps[0]
+    return {k: np.concatenate([[0.0], np.cumsum(v)])[idx] for k, v in per_step.items()}
+
+
+# --- the fits ----------------------------------------------------------------------------
+
+
+def _rate(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
+    """(rate, stderr, points used) of ``y ≈ e^{a − rate·x}`` (NaN with < 2 usable)."""
+    from ..theory import fit_rate
+
+    keep = np.isfinite(y) & (y > 0)
+    if keep.sum() < 2:
+        return float("nan"), float("nan"), int(keep.sum())
+    rate, se = fit_rate(x[keep], y[keep])
+    return rate, se, int(keep.sum())
+
+
+def fit_series(
+    heads: pd.DataFrame, statistic: str = "balance_gap_rel", exponents: Mapping | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rates per unit, rates per layer) of a stacked heads table (columns ``step``,
+    :data:`UNIT_KEYS`, ``statistic`` and ``null_<statistic>``).
+
+    Per unit: ``rate`` ± ``rate_se`` (per step) of ``statistic``, ``null_rate`` ±
+    ``null_rate_se`` of its null twin, ``gap_first``/``gap_last``; with ``exponents``
+    (:func:`predicted_exponents`): ``predicted_rate`` and ``predicted_rate_gf`` (the
+    predictions fitted at the same steps) and ``rate_over_predicted``. Per (layer,
+    pair) over the theory units: the median and quartiles of ``rate``, the median of
+    ``null_rate``, and ``median_gap_rate`` fitted to the per-step median gap.
+    """
+    steps = np.sort(heads["step"].unique()).astype(np.float64)
+    pred = {}
+    for key, name in (("gd", "predicted_rate"), ("gf", "predicted_rate_gf")):
+        pred[name] = _rate(steps, np.exp(-exponents[key]))[0] if exponents else float("nan")
+    rows = []
+    for key, g in heads.groupby(UNIT_KEYS, sort=True):
+        g = g.sort_values("step")
+        x = g["step"].to_numpy(np.float64)
+        rate, se, n = _rate(x, g[statistic].to_numpy(np.float64))
+        null, null_se, _ = _rate(x, g["null_" + statistic].to_numpy(np.float64))
+        rows.append(
+            dict(zip(UNIT_KEYS, key), statistic=statistic, n_points=n,
+                 step_first=int(x[0]), step_last=int(x[-1]),
+                 gap_first=float(g[statistic].iloc[0]), gap_last=float(g[statistic].iloc[-1]),
+                 rate=rate, rate_se=se, null_rate=null, null_rate_se=null_se, **pred,
+                 rate_over_predicted=rate / pred["predicted_rate"])
+        )  # fmt: skip
+    rates = pd.DataFrame(rows)
+    return rates, _layer_rates(heads, rates, statistic, pred)
+
+
+def _layer_rates(heads, rates, statistic, pred) -> pd.DataFrame:
+    """Per (layer, pair): distribution over the theory units of their fitted rates."""
+    rows = []
+    t = heads[heads["theory"]]
+    for (layer, pair), r in rates[rates["theory"]].groupby(["layer", "pair"], sort=True):
+        med = t[(t["layer"] == layer) & (t["pair"] == pair)].groupby("step")[statistic].median()
+        mrate, mse, _ = _rate(med.index.to_numpy(np.float64), med.to_numpy(np.float64))
+        q = r["rate"].quantile([0.25, 0.5, 0.75]).to_numpy()
+        rows.append(
+            dict(layer=layer, pair=pair, statistic=statistic, units=len(r),
+                 rate_median=q[1], rate_q25=q[0], rate_q75=q[2],
+                 null_rate_median=r["null_rate"].median(),
+                 median_gap_rate=mrate, median_gap_rate_se=mse, **pred)
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- the series --------------------------------------------------------------------------
+
+
+def _open_all(paths, arch, heads, layers) -> list[Path]:
+    """The local folder or file of each checkpoint, after checking from the headers that
+    they share one architecture and every inspected tensor's shape."""
+    local, first = [], None
+    for p in paths:
+        ckpt = open_checkpoint(locate(p))
+        layout = infer_layout(ckpt, arch=arch, heads=heads)
+        check_shapes(ckpt, layout, parse_layers(layers, layout.n_layers))
+        if first is None:
+            first = (p, layout)
+        for f in _SAME:
+            mine, theirs = getattr(layout, f), getattr(first[1], f)
+            if mine != theirs:
+                raise InspectError(
+                    f"{p}: field {f!r} is {mine}, but {first[0]} has {theirs}: a series "
+                    "must be checkpoints of one architecture"
+                )
+        local.append(ckpt.path)
+    return local
+
+
+def _learning_rate(lr, lam, schedule, steps) -> tuple[dict | None, dict]:
+    """The predicted exponents (None without λ) and what ``series.json`` records."""
+    if lam is None:
+        if lr is not None or schedule is not None:
+            raise InspectError("--lam: a learning rate without λ predicts nothing; give --lam")
+        return None, {}
+    if not np.isfinite(lam) or lam < 0:
+        raise InspectError(f"--lam: must be a finite number ≥ 0, got {lam}")
+    if (lr is None) == (schedule is None):
+        raise InspectError("--lam: give the learning rate as one of --lr ETA or --lr-schedule FILE")
+    if schedule is not None:
+        where = str(schedule)
+        table = read_lr_schedule(schedule)
+        exps = predicted_exponents(steps, lam, schedule=table, where=where)
+        return exps, {"lam": lam, "lr_schedule": str(Path(schedule).resolve())}
+    if not np.isfinite(lr) or lr <= 0:
+        raise InspectError(f"--lr: must be a finite number > 0, got {lr}")
+    return predicted_exponents(steps, lam, lr=lr), {"lam": lam, "lr": lr}
+
+
+def _expand(paths, revisions) -> list[str]:
+    """One checkpoint name per revision: ``org/name@rev`` for a repo id (or a path's
+    revision sub-folder is not a thing: revisions need a repo id)."""
+    if not revisions:
+        return [str(p) for p in paths]
+    if len(paths) != 1 or not is_repo_id(str(paths[0])) or "@" in str(paths[0]):
+        raise InspectError(
+            "--revision: give one Hugging Face repo id (org/name) with the revisions, e.g. "
+            "EleutherAI/pythia-70m --revision step1000 step2000"
+        )
+    return [f"{paths[0]}@{r}" for r in revisions]
+
+
+def inspect_series(
+    paths: Sequence[str | Path],
+    steps: Sequence[int] | None = None,
+    out: str | Path | None = None,
+    *,
+    lr: float | None = None,
+    lam: float | None = None,
+    schedule: str | Path | None = None,
+    revisions: Sequence[str] | None = None,
+    statistic: str = "balance_gap_rel",
+    arch: str = "auto",
+    layers=None,
+    heads: int | None = None,
+    rank_tol: float = 1e-3,
+    figures: Callable[[SeriesInspection], Mapping[str, Callable[[Path], object]]] | None = None,
+    progress: bool | None = None,
+) -> SeriesInspection:
+    """Inspect checkpoints of one model across training and fit the decay of each
+    head's balance gap against the step.
+
+    Args:
+        paths: the checkpoints in training order (each as :func:`inspect_checkpoint`
+            takes it, Hub repo ids ``org/name@revision`` included); or one folder of
+            revisions or one list file (:func:`series_sources`), which also give the
+            steps; or one repo id with ``revisions``.
+        steps: the training step of each checkpoint, strictly increasing. Default: from
+            the folder or list file, or the digits of each revision's name
+            (``step1000`` → 1000).
+        out: directory for ``heads.parquet`` (every checkpoint's heads table with
+            ``step``), ``rates.parquet``/``rates.csv`` (per unit), ``layer_rates.parquet``
+            (per layer), ``summary.md``, the figures and ``series.json`` (last).
+        lr, lam, schedule: a constant learning rate ``lr`` or a ``schedule`` file
+            (:func:`read_lr_schedule`), and the weight decay ``lam``: the decay is then
+            tabulated against the predictions (module docstring). Without ``lam``,
+            measured rates only.
+        statistic: the gap column fitted (:data:`~._stats.STATISTICS`; e.g.
+            ``rotary_gap_rel`` for rotary models).
+        arch, layers, heads, rank_tol: as for :func:`inspect_checkpoint`.
+        figures: file name → writer of the figures to put in ``out``, as a function of
+            the result (``rankflow.plots.series_figures``).
+
+    Returns:
+        A :class:`SeriesInspection`. Bad input (too few checkpoints, steps not matching,
+        repeated or unsorted, architectures or shapes differing, a revision not in the
+        cache, a schedule not covering the steps) raises :class:`InspectError` naming
+        the file and field before any tensor is read and before anything is written.
+
+    Memory: one layer of one checkpoint at a time; only the tables are kept.
+    """
+    t0 = datetime.datetime.now(datetime.UTC)
+    if out is not None:
+        check_out(out, "inspect-series")
+    names, steps = _names_and_steps(paths, steps, revisions)
+    if statistic not in STATISTICS:
+        raise InspectError(f"--statistic: {statistic!r} is not one of {', '.join(STATISTICS)}")
+    exps, lr_meta = _learning_rate(lr, lam, schedule, steps)
+    local = _open_all(names, arch, heads, layers)
+    show = sys.stderr.isatty() if progress is None else progress
+    frames, first = [], None
+    for i, (name, path, step) in enumerate(zip(names, local, steps)):
+        if show:
+            print(f"[{i + 1}/{len(names)}] step {step}: {name}", file=sys.stderr)
+        insp: Inspection = inspect_checkpoint(
+            path,
+            arch=arch,
+            layers=layers,
+            heads=heads,
+            rank_tol=rank_tol,
+            scatter=(),
+            progress=show,
+        )
+        first = first or insp
+        cols = ["step", "checkpoint", *insp.heads.columns]
+        frames.append(insp.heads.assign(step=step, checkpoint=i)[cols])
+    table = pd.concat(frames, ignore_index=True)
+    rates, layer_rates = fit_series(table, statistic, exps)
+    meta = {
+        "checkpoints": [str(n) for n in names],
+        "resolved": [str(p) for p in local],
+        "steps": steps,
+        "statistic": statistic,
+        "layout": first.layout.as_dict(),
+        "layers": first.meta["layers"],
+        "rank_tol": rank_tol,
+        "prediction": "T5/T11 (GD/SGD): Π(1 − η_kλ)²; T4/T11 (GF) beside" if exps else None,
+        **lr_meta,
+        "created": t0.isoformat(timespec="seconds"),
+    }
+    res = SeriesInspection(table, rates, layer_rates, tuple(steps), meta, "")
+    res = SeriesInspection(table, rates, layer_rates, tuple(steps), meta, series_summary(res))
+    if out is None:
+        return res
+    out = Path(out)
+    with claimed(out, "inspect-series"):
+        _write(out, res, figures)
+    return SeriesInspection(table, rates, layer_rates, tuple(steps), meta, res.summary, out)
+
+
+def _is_source(path: str | Path) -> bool:
+    """Whether ``path`` is a folder of revisions or a list file (not a checkpoint)."""
+    p = Path(path)
+    if not p.exists():
+        return False
+    if p.is_dir():
+        return not any(next(p.glob(g), None) for g in _WEIGHT_GLOBS)
+    return not p.name.endswith((".safetensors", ".bin", ".pt", ".pth", ".json"))
+
+
+def is_series(paths: Sequence[str | Path], steps=None, revisions=None) -> bool:
+    """Whether these arguments name a series (several checkpoints, steps, several
+    revisions, a folder of revisions or a list file) rather than one checkpoint."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    return bool(
+        len(paths) > 1 or steps or (revisions and len(revisions) > 1) or _is_source(paths[0])
+    )
+
+
+def _names_and_steps(paths, steps, revisions) -> tuple[list[str], list[int]]:
+    """The checkpoint names of a series and their checked steps."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    where = "--steps"
+    if len(paths) == 1 and not revisions and _is_source(paths[0]):
+        p = Path(paths[0])
+        names, found = series_sources(p)
+        return names, _check_steps(found if steps is None else steps, names, str(p))
+    names = _expand(paths, revisions)
+    if steps is None:
+        found = [_step_of(split_revision(n)[1] or Path(n).name) for n in names]
+        if None in found:
+            bad = names[found.index(None)]
+            raise InspectError(f"--steps: no step in the name of {bad}; give --steps S …")
+        steps = found
+    return names, _check_steps(steps, names, where)
+
+
+# --- the summary and the outputs ------------------------------------------------------
+
+
+def _g(x) -> str:
+    return "nan" if x is None or not np.isfinite(x) else f"{x:.4g}"
+
+
+def series_summary(res: SeriesInspection) -> str:
+    """Per (layer, pair): the median [quartiles] over theory units of the fitted decay
+    rate per step, the null pairing's median, and the predictions when known."""
+    m = res.meta
+    pred = m.get("prediction")
+    lines = [
+        f"# rankflow inspect (series): {len(res.steps)} checkpoints, steps "
+        f"{res.steps[0]}–{res.steps[-1]}",
+        "",
+        f"Fitted per unit: rate of {m['statistic']} per step, least squares of its log "
+        "against the step; null = the same fit of the null pairing's gap.",
+    ]
+    if pred:
+        lr = f"η = {m['lr']:g}" if "lr" in m else f"η from {m['lr_schedule']}"
+        lines += [
+            f"Prediction ({lr}, λ = {m['lam']:g}): {pred}; an observation outside GD/SGD "
+            "(AdamW is outside the theory)."
+        ]
+    head = f"{'layer':>5} {'pair':<4} {'rate median [q25, q75]':>34} {'null':>10} "
+    lines += ["", "```", head + f"{'median-gap rate':>16} {'predicted':>10} {'pred. GF':>10}"]
+    for r in res.layer_rates.itertuples():
+        q = f"{_g(r.rate_median)} [{_g(r.rate_q25)}, {_g(r.rate_q75)}]"
+        lines.append(
+            f"{r.layer:>5} {r.pair:<4} {q:>34} {_g(r.null_rate_median):>10} "
+            f"{_g(r.median_gap_rate):>16} {_g(r.predicted_rate):>10} {_g(r.predicted_rate_gf):>10}"
+        )
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _write(out: Path, res: SeriesInspection, figures) -> None:
+    from ..store import atomic_write
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SERIES_META).unlink(missing_ok=True)  # no marker until everything is written
+    written = []
+
+    def put(name, write):
+        atomic_write(out / name, write)
+        written.append(name)
+
+    put(SERIES_TABLE, lambda p: res.heads.to_parquet(p, index=False))
+    put(RATES_TABLE, lambda p: res.rates.to_parquet(p, index=False))
+    put("rates.csv", lambda p: res.rates.to_csv(p, index=False))
+    put(LAYER_RATES_TABLE, lambda p: res.layer_rates.to_parquet(p, index=False))
+    put("summary.md", lambda p: Path(p).write_text(res.summary))
+    for name, write in (figures(res) if figures else {}).items():
+        put(name, write)
+    meta = dict(res.meta, outputs=written)
+    atomic_write(out / SERIES_META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+
+
+def load_series(out: str | Path) -> SeriesInspection:
+    """The :class:`SeriesInspection` of a finished series directory (one whose
+    ``series.json`` exists)."""
+    out = Path(out)
+    if not (out / SERIES_META).is_file():
+        raise InspectError(f"{out}: no {SERIES_META}: not a finished `rankflow inspect` series")
+    meta = json.loads((out / SERIES_META).read_text())
+    heads = pd.read_parquet(out / SERIES_TABLE)
+    rates, layer = pd.read_parquet(out / RATES_TABLE), pd.read_parquet(out / LAYER_RATES_TABLE)
+    summary = (out / "summary.md").read_text()
+    return SeriesInspection(heads, rates, layer, tuple(meta["steps"]), meta, summary, out)
