@@ -32,6 +32,7 @@ from ._families import canonical as canonical
 from ._families import infer_layout as infer_layout
 from ._families import layer_tensor_names as layer_tensor_names
 from ._hub import hub_cache as hub_cache
+from ._hub import locate as locate
 from ._hub import resolve_repo as resolve_repo
 from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
