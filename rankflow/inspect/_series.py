@@ -272,10 +272,15 @@ def fit_series(
                  step_first=int(x[0]), step_last=int(x[-1]),
                  gap_first=float(g[statistic].iloc[0]), gap_last=float(g[statistic].iloc[-1]),
                  rate=rate, rate_se=se, null_rate=null, null_rate_se=null_se, **pred,
-                 rate_over_predicted=rate / pred["predicted_rate"])
+                 rate_over_predicted=_ratio(rate, pred["predicted_rate"]))
         )  # fmt: skip
     rates = pd.DataFrame(rows)
     return rates, _layer_rates(heads, rates, statistic, pred)
+
+
+def _ratio(a: float, b: float) -> float:
+    """``a/b``, NaN where b is 0 (λ = 0 predicts no decay: no ratio to it)."""
+    return a / b if b != 0 else float("nan")
 
 
 def _layer_rates(heads, rates, statistic, pred) -> pd.DataFrame:
