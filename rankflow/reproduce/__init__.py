@@ -38,6 +38,7 @@ EXPERIMENTS = {
     "rank": "rank",
     "discrete": "discrete",
     "attention": "attention",
+    "rebuttal": "rebuttal",
     "pretrained": "pretrained",
 }
 
