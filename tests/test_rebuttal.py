@@ -170,9 +170,7 @@ def test_lr_control_config_end_to_end_at_reduced_size(tmp_path):
     from rankflow import attention
     from rankflow.reproduce._common import config_path
 
-    cfg = attention.resolve(
-        config_path("rebuttal_lr"), {"train.steps": 20, "train.eval_every": 10}
-    )
+    cfg = attention.resolve(config_path("rebuttal_lr"), {"train.steps": 20, "train.eval_every": 10})
     res = attention.run(cfg, out=tmp_path / "run")
     summary, finals = tables.experiment("lr_control", [(res.loss, res.heads)])
     assert summary["seeds"].tolist() == [2, 2, 2, 2]
@@ -183,3 +181,21 @@ def test_lr_control_config_end_to_end_at_reduced_size(tmp_path):
     d_h = cfg["attention"]["D"] // cfg["attention"]["H"]
     for pair in ("qk", "vo"):
         assert ((finals[f"rank_{pair}"] >= 1) & (finals[f"rank_{pair}"] <= d_h)).all()
+
+
+def test_parameter_count_is_the_same_for_every_head_split():
+    """At fixed D the key–query-dimension sweep changes how the width is split into
+    heads, not the model size: W_Q, W_K, W_V, W_O hold H·D·d_h = D² numbers each."""
+    from rankflow.attention import resolve
+    from rankflow.attention.config import expand
+    from rankflow.reproduce._common import config_path
+
+    points = expand(resolve(config_path("rebuttal_dh")))
+    counts = {p["attention"]["H"]: tables.parameter_count(p) for p in points}
+    assert set(counts) == {4, 1} and len(set(counts.values())) == 1
+    # D = 16, 1 layer, MLP ratio 4, untied embedding and unembedding (no bias) of V
+    # characters, context 32: 4D² attention + 8D² + 5D MLP + 2 LayerNorms (4D) + the
+    # final one (2D) + positions (32D) + 2VD
+    D = 16
+    rest = counts[4] - (4 * D * D + 8 * D * D + 5 * D + 4 * D + 2 * D + 32 * D)
+    assert rest % (2 * D) == 0 and 50 < rest // (2 * D) < 200  # V: the corpus's characters
