@@ -9,9 +9,9 @@ the Agg canvas that ``Figure.savefig`` picks for raster formats. Conventions sha
 every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
-``attention`` and ``reproduce`` (the figures of ``rankflow reproduce`` the others do
-not draw); ``common`` holds axis text, colours, medians over runs and
-:func:`save_figure`.
+``attention``, ``rebuttal`` (the rebuttal experiments) and ``reproduce`` (the figures of
+``rankflow reproduce`` the others do not draw); ``common`` holds axis text, colours,
+medians over runs and :func:`save_figure`.
 """
 
 from .attention import attention_ablation_figure as attention_ablation_figure
@@ -32,6 +32,7 @@ from .core import quick_plot as quick_plot
 from .inspect import inspect_layers_figure as inspect_layers_figure
 from .inspect import inspect_scatter_figure as inspect_scatter_figure
 from .inspect import inspection_figures as inspection_figures
+from .rebuttal import rebuttal_figure as rebuttal_figure
 from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
 from .reproduce import balancing_figure as balancing_figure
 from .reproduce import floor_figure as floor_figure
@@ -59,6 +60,7 @@ __all__ = [
     "inspection_figures",
     "quick_plot",
     "rank_figure",
+    "rebuttal_figure",
     "save_figure",
     "toy_spectrum_figure",
     "write_compare_figures",
