@@ -239,7 +239,8 @@ def experiment(kind: str, results: Sequence[Any], D: int = 32) -> tuple[pd.DataF
         fin = run_finals(loss, heads, ["attention.H", "train.decay"])
         fin["d_h"] = D // fin["attention.H"].astype(int)
         fin["decay"] = [decay_label(d) for d in fin["train.decay"]]
-        return dh_summary(loss, heads, D), fin.sort_values("d_h", kind="stable")
+        fin = fin.sort_values(["d_h", "decay"], ascending=[True, False], kind="stable")
+        return dh_summary(loss, heads, D), fin
     raise ValueError(f"kind: one of {', '.join(LAYOUTS)}, got {kind!r}")
 
 
