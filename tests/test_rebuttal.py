@@ -121,16 +121,31 @@ def test_lr_control_and_dh_orders_and_labels():
         "decay off value–output, lr_v × 0.1",
         "decay off value–output, lr_v × 0.01",
     ]
+    # decay off attention by train.decay (the committed config) …
     pts = [
-        {"seed": s, "attention.H": h, "train.decay": d}
+        {"seed": s, "attention.H": h, "train.decay": d, "train.lam_qk": lam, "train.lam_vo": lam}
         for h in (1, 8, 4)
-        for d in ("mlp,embed", "qk,vo,mlp,embed")
+        for d, lam in (("mlp,embed", 0.0), ("qk,vo,mlp,embed", 1.0))
         for s in (0, 1)
     ]
     out = tables.dh_summary(*_tables(pts), D=32)
     assert out["d_h"].tolist() == [4, 4, 8, 8, 32, 32]
     assert out["decay"].tolist() == ["on attention", "off attention"] * 3
-    assert tables.decay_label("qk,mlp") == "qk,mlp"
+    # … or by λ_qk = λ_vo = 0 with the groups listed (the --quick config: one program per H)
+    pts = [
+        {"seed": s, "attention.H": h, "train.decay": "qk,vo,mlp,embed", "train.lam_qk": lam,
+         "train.lam_vo": lam}
+        for h in (4, 1)
+        for lam in (0.0, 1.0)
+        for s in (0, 1)
+    ]  # fmt: skip
+    out = tables.dh_summary(*_tables(pts), D=16)
+    assert out["d_h"].tolist() == [4, 4, 16, 16]
+    assert out["decay"].tolist() == ["on attention", "off attention"] * 2
+    assert out["seeds"].tolist() == [2] * 4
+    assert tables.decay_label("qk,mlp", 1.0, 0.0) == "on qk only"
+    assert tables.decay_label("qk,vo,mlp", 1.0, 0.0) == "on qk only"
+    assert tables.decay_label("qk,vo,mlp", 0.0, 0.0) == "off attention"
 
 
 def test_markdown_cells():
@@ -150,7 +165,7 @@ def test_rebuttal_figure_draws(tmp_path):
     from rankflow.plots.rebuttal import rebuttal_figure
 
     pts = [
-        {"seed": s, "attention.H": h, "train.decay": d}
+        {"seed": s, "attention.H": h, "train.decay": d, "train.lam_qk": 1.0, "train.lam_vo": 1.0}
         for h in (8, 4)
         for d in ("mlp,embed", "qk,vo,mlp,embed")
         for s in (0, 1)

@@ -30,6 +30,7 @@ __all__ = [
     "VARIANTS",
     "contrast_table",
     "decay_label",
+    "dh_finals",
     "dh_summary",
     "lambda_summary",
     "lr_control_summary",
@@ -59,15 +60,16 @@ def variant_label(lam_qk: float, lam_vo: float) -> str:
     return VARIANTS[(bool(float(lam_qk) > 0), bool(float(lam_vo) > 0))]
 
 
-def decay_label(decay: str) -> str:
-    """``on attention`` when the comma-joined ``train.decay`` holds both attention
-    groups, ``off attention`` when it holds neither, else the groups themselves."""
+def decay_label(decay: str, lam_qk: float = 1.0, lam_vo: float = 1.0) -> str:
+    """``on attention`` when both attention groups are decayed (in the comma-joined
+    ``train.decay``, with λ > 0), ``off attention`` when neither is, else the groups."""
     groups = set(str(decay).split(","))
-    if {"qk", "vo"} <= groups:
+    on = {g for g, lam in (("qk", lam_qk), ("vo", lam_vo)) if g in groups and float(lam) > 0}
+    if on == {"qk", "vo"}:
         return "on attention"
-    if not groups & {"qk", "vo"}:
+    if not on:
         return "off attention"
-    return str(decay)
+    return f"on {next(iter(on))} only"
 
 
 def _last(df: pd.DataFrame) -> pd.DataFrame:
@@ -152,14 +154,21 @@ def lr_control_summary(loss: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def dh_finals(loss: pd.DataFrame, heads: pd.DataFrame, D: int) -> pd.DataFrame:
+    """:func:`run_finals` of the key–query-dimension sweep with ``d_h = D/H`` and
+    ``decay`` (:func:`decay_label`: by ``train.decay`` or by λ_qk, λ_vo), sorted by d_h
+    rising, decay on first."""
+    by = ["attention.H", "train.decay", "train.lam_qk", "train.lam_vo"]
+    fin = run_finals(loss, heads, by)
+    fin.insert(0, "d_h", D // fin["attention.H"].astype(int))
+    fin.insert(1, "decay", [decay_label(*r) for r in fin[by[1:]].itertuples(index=False)])
+    return fin.sort_values(["d_h", "decay"], ascending=[True, False], kind="stable")
+
+
 def dh_summary(loss: pd.DataFrame, heads: pd.DataFrame, D: int) -> pd.DataFrame:
     """The key–query dimension: per head dimension ``d_h = D/H`` (rising) and decay on or
-    off attention (``train.decay``), at width ``D``."""
-    fin = run_finals(loss, heads, ["attention.H", "train.decay"])
-    fin.insert(0, "d_h", D // fin["attention.H"].astype(int))
-    fin.insert(1, "decay", [decay_label(d) for d in fin["train.decay"]])
-    fin = fin.sort_values(["d_h", "decay"], ascending=[True, False], kind="stable")
-    return summarize(fin, ["d_h", "attention.H", "decay"])
+    off attention, at width ``D``."""
+    return summarize(dh_finals(loss, heads, D), ["d_h", "attention.H", "decay"])
 
 
 def _pm(mean: float, std: float, digits: int) -> str:
@@ -236,11 +245,7 @@ def experiment(kind: str, results: Sequence[Any], D: int = 32) -> tuple[pd.DataF
         fin = fin.sort_values(["train.lam_vo", "train.lr_v"], ascending=False, kind="stable")
         return lr_control_summary(loss, heads), fin
     if kind == "dh":
-        fin = run_finals(loss, heads, ["attention.H", "train.decay"])
-        fin["d_h"] = D // fin["attention.H"].astype(int)
-        fin["decay"] = [decay_label(d) for d in fin["train.decay"]]
-        fin = fin.sort_values(["d_h", "decay"], ascending=[True, False], kind="stable")
-        return dh_summary(loss, heads, D), fin
+        return dh_summary(loss, heads, D), dh_finals(loss, heads, D)
     raise ValueError(f"kind: one of {', '.join(LAYOUTS)}, got {kind!r}")
 
 
