@@ -214,3 +214,25 @@ def test_parameter_count_is_the_same_for_every_head_split():
     D = 16
     rest = counts[4] - (4 * D * D + 8 * D * D + 5 * D + 4 * D + 2 * D + 32 * D)
     assert rest % (2 * D) == 0 and 50 < rest // (2 * D) < 200  # V: the corpus's characters
+
+
+@pytest.mark.slow
+def test_reproduce_quick_rebuttal_records_four_observations(tmp_path):
+    """``rankflow reproduce --quick --only rebuttal``: four observations (none pass or
+    fail: the rebuttal's statements are not predictions of the theory), each with its
+    figure and its summary and per-run tables."""
+    from rankflow import cli
+
+    out = tmp_path / "r"
+    assert (
+        cli.main(["reproduce", "--quick", "--only", "rebuttal", "--out", str(out), "--quiet"]) == 0
+    )
+    claims = pd.read_csv(out / "tables" / "claims.csv")
+    kinds = ["lambda", "contrast", "lr_control", "dh"]
+    assert list(claims["name"]) == [f"rebuttal.{k}" for k in kinds]
+    assert (claims["verdict"] == "observation").all()
+    for k in kinds:
+        assert (out / "figures" / f"rebuttal_{k}.png").stat().st_size > 10_000
+        summary = pd.read_csv(out / "tables" / f"rebuttal_{k}.csv")
+        assert (summary["seeds"] == 2).all() or k == "contrast"
+        assert len(pd.read_csv(out / "tables" / f"rebuttal_{k}_runs.csv")) == summary["seeds"].sum()
