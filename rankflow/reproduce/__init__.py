@@ -39,6 +39,7 @@ EXPERIMENTS = {
     "discrete": "discrete",
     "noise": "noise",
     "attention": "attention",
+    "rebuttal": "rebuttal",
     "pretrained": "pretrained",
 }
 

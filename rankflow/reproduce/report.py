@@ -16,7 +16,8 @@ TITLES = {
     "discrete": "4. Discrete against continuous",
     "noise": "5. The noise of real SGD",
     "attention": "6. Attention",
-    "pretrained": "7. A pretrained checkpoint",
+    "rebuttal": "7. The rebuttal's experiments",
+    "pretrained": "8. A pretrained checkpoint",
 }
 MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
