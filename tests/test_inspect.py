@@ -10,6 +10,7 @@ a wrong transpose or split in `rankflow.inspect` breaks the exact answers.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -666,3 +667,28 @@ def test_memory_1gb_checkpoint(tmp_path):
     print(f"checkpoint {size / 2**30:.2f} GiB: peak RSS {peak / 2**20:.0f} MiB "
           f"({peak / size:.2f} of the file)")  # fmt: skip
     assert peak < 0.5 * size
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_pytorch_bin_equals_safetensors(tmp_path, dtype):
+    """A ``pytorch_model.bin`` (``torch.save`` of a state dict) gives exactly the heads
+    table of a safetensors file holding the same tensors, bfloat16 included. Needs torch
+    (the ``torch`` extra), which the test extras do not install: skipped there; run here
+    with torch 2.13.0 (CPU)."""
+    torch = pytest.importorskip("torch")
+    from safetensors.numpy import load_file
+    from safetensors.torch import save_file
+
+    ckpt, _, _ = build(tmp_path, name="src", arch="gpt2", plant=((1, 0, "vo"),))
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    state = {k: torch.from_numpy(v.copy()).to(getattr(torch, dtype)) for k, v in tensors.items()}
+    folders = {}
+    for kind in ("bin", "st"):
+        folders[kind] = tmp_path / kind
+        folders[kind].mkdir()
+        shutil.copy(ckpt / "config.json", folders[kind] / "config.json")
+    torch.save(state, folders["bin"] / "pytorch_model.bin")
+    save_file(state, str(folders["st"] / "model.safetensors"))
+    heads = {kind: inspect_checkpoint(folder).heads for kind, folder in folders.items()}
+    pd.testing.assert_frame_equal(heads["st"], heads["bin"])
+    assert heads["bin"]["balance_gap"].max() > 1.0  # the planted head is there
