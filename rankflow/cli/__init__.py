@@ -2,7 +2,7 @@
 
 One module per subcommand, each with ``add_parser(subparsers)`` that builds its parser
 and sets the function it runs (``func``): ``run`` (also ``sweep``), ``plot``,
-``compare``, ``inspect``, ``attention``, ``reproduce``, ``demo``.
+``compare``, ``inspect``, ``attention``, ``reproduce``, ``demo``, ``info``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import argparse
 import sys
 
 from ..config import ConfigError
-from . import attention, compare, demo, inspect, plot, reproduce, run
+from . import attention, compare, demo, info, inspect, plot, reproduce, run
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS = (run, plot, compare, inspect, attention, reproduce, demo)
+SUBCOMMANDS = (run, plot, compare, inspect, attention, reproduce, demo, info)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,11 +7,12 @@ import time
 from pathlib import Path
 
 from .. import config as config_lib
+from ..resources import sims_path
 from ..writer import check_out
 from .common import add_command
 
-# The demo's experiment: sims/ beside the package (a source checkout).
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "sims" / "demo.toml"
+# The demo's experiment, inside the installed package or the checkout.
+DEMO_CONFIG = sims_path("demo.toml")
 
 
 def add_parser(sub) -> None:

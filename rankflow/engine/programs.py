@@ -9,7 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROGRAMS", "TRACE_COUNTS", "enable_compilation_cache", "program"]
+__all__ = [
+    "PROGRAMS",
+    "TRACE_COUNTS",
+    "compilation_cache_dir",
+    "enable_compilation_cache",
+    "program",
+]
 
 # The programs built so far, by key. Families' keys cannot collide: each is the JSON of
 # a point's structural keys, and the families' sections differ.
@@ -25,14 +31,21 @@ def program(key: str, build: Callable[[], Any]) -> Any:
     return PROGRAMS[key]
 
 
+def compilation_cache_dir() -> str | None:
+    """The folder of JAX's persistent compilation cache that rankflow's commands turn on
+    (default ``~/.cache/rankflow/jax``; ``RANKFLOW_CACHE_DIR`` moves it), or None when
+    ``RANKFLOW_CACHE_DIR=off`` turns it off."""
+    where = os.environ.get("RANKFLOW_CACHE_DIR", str(Path.home() / ".cache/rankflow/jax"))
+    return None if where.lower() in ("off", "0", "none", "") else where
+
+
 def enable_compilation_cache() -> str | None:
-    """Turn on JAX's persistent compilation cache (default ``~/.cache/rankflow/jax``;
-    ``RANKFLOW_CACHE_DIR`` moves it, ``RANKFLOW_CACHE_DIR=off`` turns it off), so a
+    """Turn on JAX's persistent compilation cache in :func:`compilation_cache_dir`, so a
     rerun of a sweep in a new process does not compile again."""
     import jax
 
-    where = os.environ.get("RANKFLOW_CACHE_DIR", str(Path.home() / ".cache/rankflow/jax"))
-    if where.lower() in ("off", "0", "none", ""):
+    where = compilation_cache_dir()
+    if where is None:
         return None
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

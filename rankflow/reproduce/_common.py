@@ -22,14 +22,15 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError
+from ..resources import sims_path
 
 __all__ = ["MODES", "Claim", "Context", "config_path", "full_overrides"]
 
 MODES = ("quick", "full")
 VERDICTS = ("pass", "fail", "observation")
 
-# The experiment configs: sims/reproduce/ beside the package (a source checkout).
-SIMS = Path(__file__).resolve().parents[2] / "sims" / "reproduce"
+# The experiment configs: sims/reproduce/, inside the installed package or the checkout.
+SIMS = sims_path("reproduce")
 # --full: per config, dotted keys that enlarge it (sims/reproduce/full.toml).
 FULL_OVERRIDES = "full.toml"
 
@@ -105,8 +106,8 @@ def config_path(name: str) -> Path:
     path = SIMS / f"{name}.toml"
     if not path.is_file():
         raise ConfigError(
-            f"reproduce: no config {path} (rankflow reproduce needs the sims/reproduce/ "
-            "folder of a source checkout)"
+            f"reproduce: no config {path} (rankflow reproduce reads sims/reproduce/, "
+            "installed with the package as rankflow/sims or in a source checkout)"
         )
     return path
 
