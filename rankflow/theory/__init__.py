@@ -41,6 +41,17 @@ Where each item of THEORY.md lives:
   Aᵀδ_kδ_kᵀA)``: :func:`minibatch_noise_balance_drift`; the mean one-step minibatch SGD
   update: :func:`minibatch_step_mean`; sampling without replacement's
   ``(N − b)/(N − 1)``: :func:`without_replacement_factor`.
+- T12, depth L (``W = W_L ⋯ W_1``, ``W_j`` of shape ``d_j × d_{j−1}``; depth 2 is
+  ``(W_1, W_2) = (Bᵀ, A)``: :func:`pair_to_factors`, :func:`product`): the pairwise
+  balances ``D_j = W_{j+1}ᵀW_{j+1} − W_jW_jᵀ``: :func:`depth_balances`; GF's
+  ``D_j(t) = e^{−2ηλt}D_j(0)``: :func:`gf_depth_balance`; GD's exact
+  ``D_j′ = (1−ηλ)²D_j + η²(∇_{j+1}ᵀ∇_{j+1} − ∇_j∇_jᵀ)``: :func:`gd_depth_balance_step`,
+  with the factor gradients of the chain rule: :func:`depth_gradients`.
+- T13, the Schatten-2/L quasi-norm: ``½Σ‖W_j‖² ≥ (L/2)Σσ_i^{2/L}``, equal iff balanced:
+  :func:`depth_l2_penalty`, :func:`schatten_penalty`, :func:`depth_penalty_gap`,
+  :func:`balanced_factors`; the scalar problem ``min_{w≥0} ½(w−s)² + (λL/2)w^{2/L}``:
+  :func:`schatten_scalar_objective`, :func:`schatten_scalar_stationarity`,
+  :func:`schatten_scalar_minimiser`, and its jump threshold :func:`schatten_threshold`.
 """
 
 from __future__ import annotations
@@ -63,6 +74,21 @@ from ._balance import sgf_mean_balance_trace as sgf_mean_balance_trace
 from ._common import balance as balance
 from ._common import l2_penalty as l2_penalty
 from ._common import nuclear_norm as nuclear_norm
+from ._depth import ScalarThreshold as ScalarThreshold
+from ._depth import balanced_factors as balanced_factors
+from ._depth import depth_balances as depth_balances
+from ._depth import depth_gradients as depth_gradients
+from ._depth import depth_l2_penalty as depth_l2_penalty
+from ._depth import depth_penalty_gap as depth_penalty_gap
+from ._depth import gd_depth_balance_step as gd_depth_balance_step
+from ._depth import gf_depth_balance as gf_depth_balance
+from ._depth import pair_to_factors as pair_to_factors
+from ._depth import product as product
+from ._depth import schatten_penalty as schatten_penalty
+from ._depth import schatten_scalar_minimiser as schatten_scalar_minimiser
+from ._depth import schatten_scalar_objective as schatten_scalar_objective
+from ._depth import schatten_scalar_stationarity as schatten_scalar_stationarity
+from ._depth import schatten_threshold as schatten_threshold
 from ._fit import convergence_order as convergence_order
 from ._fit import fit_rate as fit_rate
 from ._noise import gradient_noise_balance as gradient_noise_balance
@@ -88,6 +114,21 @@ from ._schedule import scaled_balance_rate as scaled_balance_rate
 from ._schedule import scheduled_balance_exponent as scheduled_balance_exponent
 
 __all__ = [
+    "ScalarThreshold",
+    "balanced_factors",
+    "depth_balances",
+    "depth_gradients",
+    "depth_l2_penalty",
+    "depth_penalty_gap",
+    "gd_depth_balance_step",
+    "gf_depth_balance",
+    "pair_to_factors",
+    "product",
+    "schatten_penalty",
+    "schatten_scalar_minimiser",
+    "schatten_scalar_objective",
+    "schatten_scalar_stationarity",
+    "schatten_threshold",
     "gd_scheduled_contraction",
     "gf_balance_gap_scheduled",
     "gf_balance_scheduled",
