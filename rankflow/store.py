@@ -63,7 +63,8 @@ MANIFEST = "manifest.json"
 FORMAT = 2
 # The ``status`` column's values; a program's status codes 0, 1, 2 index them.
 STATUS = ("ok", "diverged", "max_steps")
-_PACKAGES = (
+# The packages whose versions a manifest records (what the numbers depend on).
+PACKAGES = (
     "rankflow",
     "jax",
     "jaxlib",
@@ -96,7 +97,7 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-def package_versions(names: Iterable[str] = _PACKAGES) -> dict[str, str]:
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
     """The installed version of each package in ``names`` (those not installed left
     out), for the provenance a results directory records."""
     out = {}

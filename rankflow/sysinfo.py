@@ -13,27 +13,22 @@ import platform
 import sys
 from typing import Any
 
+from . import store
 from .config import ConfigError
 from .engine.programs import compilation_cache_dir
 from .store import package_versions
 
 __all__ = ["INSTALL_HINTS", "devices", "format_info", "info"]
 
-# Every package whose version changes what rankflow computes or how fast.
+# Every package whose version changes what rankflow computes or how fast: those a
+# manifest records, the accelerator plugins, and the libraries of figures, checkpoints,
+# the Hub and SLURM.
 PACKAGES = (
-    "rankflow",
-    "jax",
-    "jaxlib",
+    *store.PACKAGES[:3],
     "jax-cuda12-plugin",
     "jax-cuda13-plugin",
     "libtpu",
-    "equinox",
-    "diffrax",
-    "optax",
-    "flax",
-    "numpy",
-    "pandas",
-    "pyarrow",
+    *store.PACKAGES[3:],
     "matplotlib",
     "safetensors",
     "huggingface_hub",
