@@ -135,7 +135,7 @@ def test_cli_compare_momentum_example(tmp_path, capsys):
     assert (out / "trajectory.png").is_file() and not (out / "contraction.png").exists()
 
 
-@pytest.mark.parametrize("kind", ["adamw", "sgd", "gradient_flow"])
+@pytest.mark.parametrize("kind", ["adamw", "adam_l2", "gradient_flow"])
 def test_cli_compare_rejects_dynamics_without_flow(kind, tmp_path, capsys):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(
@@ -144,7 +144,7 @@ def test_cli_compare_rejects_dynamics_without_flow(kind, tmp_path, capsys):
     assert cli.main(["compare", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("rankflow: error: dynamics.kind:")
-    assert "gd, sgd_gaussian, momentum, momentum_coupled" in err and repr(kind) in err
+    assert "gd, sgd_gaussian, sgd, momentum, momentum_coupled" in err and repr(kind) in err
     assert not (tmp_path / "o").exists()
 
 
