@@ -15,6 +15,7 @@ __all__ = [
     "compilation_cache_dir",
     "enable_compilation_cache",
     "program",
+    "release",
 ]
 
 # The programs built so far, by key. Families' keys cannot collide: each is the JSON of
@@ -29,6 +30,23 @@ def program(key: str, build: Callable[[], Any]) -> Any:
     if key not in PROGRAMS:
         PROGRAMS[key] = build()
     return PROGRAMS[key]
+
+
+def release() -> None:
+    """Drop every cached program and JAX's compiled executables (they are compiled again,
+    or read from the persistent cache, when next needed).
+
+    Each XLA:CPU executable keeps a few hundred memory maps (measured: ~300 per core
+    program), and a Linux process may hold ``vm.max_map_count`` = 65,530 of them: a
+    process that compiles thousands of programs (a long test session, every experiment of
+    ``rankflow reproduce``) otherwise ends in a segmentation fault inside the compiler."""
+    import gc
+
+    import jax
+
+    PROGRAMS.clear()
+    jax.clear_caches()
+    gc.collect()
 
 
 def compilation_cache_dir() -> str | None:

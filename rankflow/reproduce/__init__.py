@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError
+from ..engine import programs
 from ..writer import claimed
 from . import report as report_lib
 from ._common import MODES, Claim, Context
@@ -163,6 +164,7 @@ def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
         module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
         ctx.notes = []
         module.run_experiment(ctx)
+        programs.release()  # an experiment's programs are not reused by the next
         notes[name] = list(ctx.notes)
         seconds[name] = time.perf_counter() - t0
         if not quiet:
