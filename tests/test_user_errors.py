@@ -542,6 +542,10 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell starts background jobs with SIGINT ignored, and a child inherits that
+        # (Python then installs no KeyboardInterrupt handler): give it the default, as a
+        # terminal's foreground job has, whatever the test runner inherited.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     while not list(out.glob("results.parquet/chunk-*.parquet")) and time.time() < deadline:
