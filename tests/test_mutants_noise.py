@@ -195,7 +195,14 @@ def test_mutant_claims_are_the_passable_claims():
     assert set(MUTANTS) == set(DATA) == set(MUTANT_CLAIMS)
 
 
-@pytest.mark.parametrize("claim", MUTANT_CLAIMS)
+@pytest.mark.parametrize(
+    "claim",
+    # no_floor needs both noise models at two dts (~25 s): in the slow run
+    [
+        pytest.param(c, marks=pytest.mark.slow) if c == "noise.no_floor" else c
+        for c in MUTANT_CLAIMS
+    ],
+)
 def test_mutant_noise(claim, request):
     """The claim passes on the right small data and fails on each of its mutants (see the
     docstring of the function named after the claim)."""

@@ -75,6 +75,8 @@ def t9_paths():
     }
 
 
+@pytest.mark.slow  # ~22 s: two tree-driven solves; the reproduce claim noise.t9_pathwise
+# checks T9 pathwise in the default run (tests/test_mutants_noise.py)
 def test_T9_pathwise_at_m_equal_n_within_the_strong_error(t9_paths):
     """On every path and save, D from Euler–Maruyama equals T9's e^{−(2ηλ+η²σ²m)t} D(0)
     (``theory.gradient_noise_balance``) within 3× the RMS over paths of the measured
@@ -98,6 +100,7 @@ def test_T9_pathwise_at_m_equal_n_within_the_strong_error(t9_paths):
         assert miss.min() > 10 * strong[-1], (name, miss.min(), strong[-1])
 
 
+@pytest.mark.slow  # shares the two tree-driven solves of the test above
 def test_T9_factors_fluctuate_while_D_follows_it(t9_paths):
     """The factors themselves fluctuate (A differs across paths by far more than the
     strong error) while D follows T9: the identity is pathwise, not a mean."""

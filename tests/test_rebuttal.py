@@ -178,6 +178,7 @@ def test_rebuttal_figure_draws(tmp_path):
     assert len(fig.axes) == 3
 
 
+@pytest.mark.slow  # ~11 s of training
 def test_lr_control_config_end_to_end_at_reduced_size(tmp_path):
     """The --quick config of the learning-rate control, cut to 20 steps: one program, a
     row per setting with both seeds, finite losses below the uniform prediction's log V,
