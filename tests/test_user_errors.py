@@ -535,17 +535,20 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     )
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), RANKFLOW_CACHE_DIR="off")
-    args = [sys.executable, "-m", "rankflow.cli", "run", str(cfg), "--out", str(out)]
+    # A shell starts background jobs with SIGINT ignored and a child inherits that (Python
+    # then installs no KeyboardInterrupt handler): the child installs Python's default
+    # handler itself, as a terminal's foreground job has it, whatever the runner inherited.
+    start = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('rankflow.cli', run_name='__main__', alter_sys=True)"
+    )
+    args = [sys.executable, "-c", start, "run", str(cfg), "--out", str(out)]
     proc = subprocess.Popen(
         args + ["--chunk", "1", "--quiet"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A shell starts background jobs with SIGINT ignored, and a child inherits that
-        # (Python then installs no KeyboardInterrupt handler): give it the default, as a
-        # terminal's foreground job has, whatever the test runner inherited.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     while not list(out.glob("results.parquet/chunk-*.parquet")) and time.time() < deadline:
