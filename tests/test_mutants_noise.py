@@ -230,9 +230,10 @@ def test_mutant_noise_gradient_model_adds_parameter_noise(gradient_runs, paramet
     parameter-noise term where the gradient model is asked for (compiled afresh)."""
     right_term = flows_lib.noise_term
 
-    def wrong_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None):
+    def wrong_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None,
+                   schedule=None):  # fmt: skip
         model = "parameter" if model == "gradient" else model
-        return right_term(kind, theta0, brownian_for, model, problem, batch)
+        return right_term(kind, theta0, brownian_for, model, problem, batch, schedule)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(simulate, "noise_term", wrong_term)
