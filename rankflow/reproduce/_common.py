@@ -132,6 +132,28 @@ def sweep_config(name: str, mode: str) -> dict[str, Any]:
     return config_lib.resolve(config_path(name), full_overrides(name, mode))
 
 
+def attention_config(name: str, mode: str) -> dict[str, Any]:
+    """A ``rankflow attention train`` config of ``sims/reproduce/NAME.toml``, resolved at
+    ``mode``."""
+    from ..attention import resolve
+
+    return resolve(config_path(name), full_overrides(name, mode))
+
+
+def run_attention(ctx: Context, name: str):
+    """Train (or resume) the attention sweep of config ``name`` into ``ctx.runs(name)``;
+    its ``rankflow.attention.run`` results (``loss``, ``heads``)."""
+    from .. import attention
+
+    return attention.run(attention_config(name, ctx.mode), out=ctx.runs(name), resume=True)
+
+
+def validate_attention(names: tuple[str, ...], mode: str) -> None:
+    """Resolve (and so validate) every attention config of ``names`` at ``mode``."""
+    for name in names:
+        attention_config(name, mode)
+
+
 def fmt(x: float, digits: int = 4) -> str:
     """A number for the report: ``nan`` for non-finite values."""
     if x is None or not np.isfinite(x):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import Claim, Context, config_path, fmt, full_overrides, verdict
+from ._common import Claim, Context, fmt, run_attention, validate_attention, verdict
 
 NAME = "attention"
 CONFIGS = ("attention_rank", "attention_ablation")
@@ -33,15 +33,8 @@ CLAIMS = ("attention.rank",)
 RANK_DROP = 0.25  # the median effective rank must fall by at least a quarter
 
 
-def _config(name: str, mode: str):
-    from ..attention import resolve
-
-    return resolve(config_path(name), full_overrides(name, mode))
-
-
 def validate(mode: str) -> None:
-    for name in CONFIGS:
-        _config(name, mode)
+    validate_attention(CONFIGS, mode)
 
 
 def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
@@ -116,10 +109,9 @@ def rank_claim(heads: pd.DataFrame) -> Claim:
 
 
 def run_experiment(ctx: Context) -> None:
-    from .. import attention, plots
+    from .. import plots
 
-    rank = attention.run(_config("attention_rank", ctx.mode), out=ctx.runs("attention_rank"),
-                         resume=True)  # fmt: skip
+    rank = run_attention(ctx, "attention_rank")
     ctx.table("attention_rank_heads", rank.heads)
     ctx.table("attention_rank_loss", rank.loss)
     summary = head_summary(rank.heads)
@@ -157,8 +149,7 @@ def run_experiment(ctx: Context) -> None:
         figure="attention_balance.png",
     )
 
-    abl = attention.run(_config("attention_ablation", ctx.mode),
-                        out=ctx.runs("attention_ablation"), resume=True)  # fmt: skip
+    abl = run_attention(ctx, "attention_ablation")
     ctx.table("attention_ablation_loss", abl.loss)
     table = plots.attention_ablation_table(abl.loss)
     ctx.table("attention_ablation", table)

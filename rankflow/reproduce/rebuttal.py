@@ -25,28 +25,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import Context, config_path, full_overrides
+from ._common import Context, attention_config, run_attention, validate_attention
 
 NAME = "rebuttal"
 CONFIGS = ("rebuttal_lambda", "rebuttal_vit", "attention_ablation", "rebuttal_lr", "rebuttal_dh")
 CLAIMS: tuple[str, ...] = ()  # observations only
 
 
-def _config(name: str, mode: str):
-    from ..attention import resolve
-
-    return resolve(config_path(name), full_overrides(name, mode))
-
-
 def validate(mode: str) -> None:
-    for name in CONFIGS:
-        _config(name, mode)
+    validate_attention(CONFIGS, mode)
 
 
 def _run(ctx: Context, name: str):
-    from .. import attention
-
-    res = attention.run(_config(name, ctx.mode), out=ctx.runs(name), resume=True)
+    res = run_attention(ctx, name)
     return res.loss, res.heads
 
 
@@ -138,7 +129,7 @@ def run_experiment(ctx: Context) -> None:
             "become beneficial even for language (speculation).",
         ),
     }
-    D = int(_config("rebuttal_dh", ctx.mode)["attention"]["D"])
+    D = int(attention_config("rebuttal_dh", ctx.mode)["attention"]["D"])
     for kind, (results, statement) in specs.items():
         summary, finals = tables.experiment(kind, results, D=D)
         ctx.table(f"rebuttal_{kind}", summary)
