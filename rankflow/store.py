@@ -28,7 +28,7 @@ import os
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +43,7 @@ __all__ = [
     "Identity",
     "ResultsError",
     "atomic_write",
+    "write_outputs",
     "chunk_problem",
     "finished_chunks",
     "flat",
@@ -95,6 +96,42 @@ def atomic_write(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_outputs(
+    out: Path,
+    marker: str,
+    meta: Mapping[str, Any],
+    files: Mapping[str, Any],
+    later: Callable[[], Mapping[str, Any]] | None = None,
+) -> list[str]:
+    """Write every entry of ``files`` atomically into ``out``, then those of ``later()``
+    (made only then: figures are drawn after the tables are written), then the marker
+    file ``marker``: ``meta`` with the list of outputs. An entry is ``name: value``: a
+    table (written as parquet or CSV by the name's suffix), a text, or a
+    ``write(path)``. The old marker goes first, so a directory whose marker exists is
+    complete. Returns the names written."""
+
+    def writer(name: str, value: Any) -> Callable:
+        if isinstance(value, pd.DataFrame):
+            if name.endswith(".csv"):
+                return lambda p: value.to_csv(p, index=False)
+            return lambda p: value.to_parquet(p, index=False)
+        if isinstance(value, str):
+            return lambda p: Path(p).write_text(value)
+        return value
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / marker).unlink(missing_ok=True)  # no marker until everything below is written
+    for name, value in files.items():
+        atomic_write(out / name, writer(name, value))
+    more = later() if later else {}
+    for name, value in more.items():
+        atomic_write(out / name, writer(name, value))
+    written = [*files, *more]
+    meta = dict(meta, outputs=written)
+    atomic_write(out / marker, writer(marker, json.dumps(meta, indent=2)))
+    return written
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:

@@ -22,6 +22,7 @@ head's gap against the step, against T5/T4's prediction), ``_hub`` (Hugging Face
 ids → the local cache), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
 """
 
+from . import _series
 from ._checkpoint import Checkpoint as Checkpoint
 from ._checkpoint import InspectError as InspectError
 from ._checkpoint import open_checkpoint as open_checkpoint
@@ -73,16 +74,8 @@ from ._stats import Factor as Factor
 from ._stats import pair_statistics as pair_statistics
 
 __all__ = [
-    "SeriesInspection",
-    "fit_series",
     "hub_cache",
-    "inspect_series",
-    "is_series",
-    "load_series",
-    "predicted_exponents",
-    "read_lr_schedule",
     "resolve_repo",
-    "series_sources",
     "ARCHS",
     "PAIRS",
     "SPECTRUM_COLUMNS",
@@ -122,3 +115,4 @@ __all__ = [
     "product_spectrum",
     "with_spectra",
 ]
+__all__ += _series.__all__  # the series API, re-exported above

@@ -432,26 +432,11 @@ def _versions() -> dict[str, str]:
 
 
 def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
-    from ..store import atomic_write
+    from ..store import write_outputs
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / META).unlink(missing_ok=True)  # no marker until everything below is written
-    written = []
-
-    def put(name, write):
-        atomic_write(out / name, write)
-        written.append(name)
-
-    put(HEADS_TABLE, lambda p: insp.heads.to_parquet(p, index=False))
-    put("heads.csv", lambda p: insp.heads.to_csv(p, index=False))
-    put(GRAMS_TABLE, lambda p: insp.grams.to_parquet(p, index=False))
-    put("summary.md", lambda p: Path(p).write_text(insp.summary))
-    if figures:
-        for name, write in figures(insp).items():
-            put(name, write)
-    meta = dict(insp.meta, outputs=written)
-    atomic_write(out / META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
-    return written
+    files = {HEADS_TABLE: insp.heads, "heads.csv": insp.heads, GRAMS_TABLE: insp.grams}
+    files["summary.md"] = insp.summary
+    return write_outputs(out, META, insp.meta, files, figures and (lambda: figures(insp)))
 
 
 def inspect_checkpoint(
@@ -528,23 +513,31 @@ def inspect_checkpoint(
     return insp
 
 
+def layer_weights(ckpt, layout, names, chosen, desc: str, show: bool):
+    """``(layer, LayerWeights)`` of each chosen layer, its tensors (``names``, from
+    ``check_shapes``) read when it is reached, under single-threaded BLAS and a progress
+    bar ``desc`` when ``show``. Memory: one layer at a time, if the caller drops each."""
+    from tqdm.auto import tqdm
+
+    with single_threaded_blas():
+        for layer in tqdm(chosen, desc=desc, disable=not show, file=sys.stderr):
+            tensors = ckpt.read(names[layer].values())
+            yield layer, canonical(layout, {role: tensors[n] for role, n in names[layer].items()})
+            del tensors
+
+
 def _inspect_layers(ckpt, layout, names, chosen, picks, rank_tol, show):
     """Rows, Gram entries and stacked pair gaps (``Inspection.pair_gaps``) of the chosen
     layers, reading one layer's tensors at a time."""
-    from tqdm.auto import tqdm
-
     rows, grams, gaps = [], [], {}
-    with single_threaded_blas():
-        for layer in tqdm(chosen, desc="layers", disable=not show, file=sys.stderr):
-            tensors = ckpt.read(names[layer].values())
-            lw = canonical(layout, {role: tensors[n] for role, n in names[layer].items()})
-            want = {h // layout.group_size for i, h in picks if i == layer}
-            r, g, pg = _inspect_one(lw, layout, layer, rank_tol, want)
-            rows += r
-            grams += g
-            for key, m in pg.items():
-                gaps.setdefault(key, []).append(m)
-            del tensors, lw
+    for layer, lw in layer_weights(ckpt, layout, names, chosen, "layers", show):
+        want = {h // layout.group_size for i, h in picks if i == layer}
+        r, g, pg = _inspect_one(lw, layout, layer, rank_tol, want)
+        rows += r
+        grams += g
+        for key, m in pg.items():
+            gaps.setdefault(key, []).append(m)
+        del lw
     return rows, grams, {key: np.stack(ms) for key, ms in gaps.items()}
 
 

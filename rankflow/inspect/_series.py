@@ -530,25 +530,11 @@ def series_summary(res: SeriesInspection) -> str:
 
 
 def _write(out: Path, res: SeriesInspection, figures) -> None:
-    from ..store import atomic_write
+    from ..store import write_outputs
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SERIES_META).unlink(missing_ok=True)  # no marker until everything is written
-    written = []
-
-    def put(name, write):
-        atomic_write(out / name, write)
-        written.append(name)
-
-    put(SERIES_TABLE, lambda p: res.heads.to_parquet(p, index=False))
-    put(RATES_TABLE, lambda p: res.rates.to_parquet(p, index=False))
-    put("rates.csv", lambda p: res.rates.to_csv(p, index=False))
-    put(LAYER_RATES_TABLE, lambda p: res.layer_rates.to_parquet(p, index=False))
-    put("summary.md", lambda p: Path(p).write_text(res.summary))
-    for name, write in (figures(res) if figures else {}).items():
-        put(name, write)
-    meta = dict(res.meta, outputs=written)
-    atomic_write(out / SERIES_META, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    files = {SERIES_TABLE: res.heads, RATES_TABLE: res.rates, "rates.csv": res.rates}
+    files |= {LAYER_RATES_TABLE: res.layer_rates, "summary.md": res.summary}
+    write_outputs(out, SERIES_META, res.meta, files, figures and (lambda: figures(res)))
 
 
 def load_series(out: str | Path) -> SeriesInspection:

@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._blas import single_threaded_blas
 from ._checkpoint import open_checkpoint
-from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
-from ._run import parse_layers
+from ._families import LayerWeights, Layout, check_shapes, infer_layout
+from ._run import layer_weights, parse_layers
 from ._spectra import SPECTRUM_COLUMNS, matrix_spectrum, product_spectrum, shuffled
 
 __all__ = ["SPECTRA_TABLE", "SV_TABLE", "inspect_spectra", "layer_spectra", "with_spectra"]
@@ -88,8 +87,6 @@ def inspect_spectra(
     has ``layer, matrix, head, group``, :data:`~._spectra.SPECTRUM_COLUMNS` and the
     ``rand_`` twins of :data:`RAND_COLUMNS`; bad input raises ``InspectError`` before any
     tensor is read. Memory: one layer's attention tensors at a time."""
-    from tqdm.auto import tqdm
-
     ckpt = open_checkpoint(path)
     layout = infer_layout(ckpt, arch=arch, heads=heads)
     chosen = parse_layers(layers, layout.n_layers)
@@ -97,14 +94,11 @@ def inspect_spectra(
     rng = np.random.default_rng(seed)
     rows, svs = [], []
     show = sys.stderr.isatty() if progress is None else progress
-    with single_threaded_blas():
-        for layer in tqdm(chosen, desc="spectra", disable=not show, file=sys.stderr):
-            tensors = ckpt.read(names[layer].values())
-            lw = canonical(layout, {role: tensors[n] for role, n in names[layer].items()})
-            r, s = layer_spectra(lw, layout, layer, rng)
-            rows += r
-            svs += s
-            del tensors, lw
+    for layer, lw in layer_weights(ckpt, layout, names, chosen, "spectra", show):
+        r, s = layer_spectra(lw, layout, layer, rng)
+        rows += r
+        svs += s
+        del lw
     cols = ["layer", "matrix", "head", "group", *SPECTRUM_COLUMNS]
     cols += [f"rand_{k}" for k in RAND_COLUMNS]
     return pd.DataFrame(rows)[cols], pd.concat(svs, ignore_index=True)
