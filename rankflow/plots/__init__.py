@@ -15,6 +15,7 @@ do not draw); ``common`` holds axis text, colours, medians over runs and
 :func:`save_figure`.
 """
 
+from . import attention, core, inspect, inspect_series, noise, rebuttal, reproduce
 from .attention import attention_ablation_figure as attention_ablation_figure
 from .attention import attention_ablation_markdown as attention_ablation_markdown
 from .attention import attention_ablation_table as attention_ablation_table
@@ -51,30 +52,20 @@ __all__ = [
     "spectra_writer",
     "DPI",
     "LABELS",
-    "attention_ablation_figure",
-    "attention_ablation_markdown",
-    "attention_ablation_table",
-    "attention_balance_figure",
-    "attention_nuclear_gap_figure",
-    "attention_rank_figure",
-    "balance_figure",
-    "balancing_figure",
     "compare_contraction_figure",
     "compare_order_figure",
     "compare_sde_figure",
     "compare_trajectory_figure",
-    "floor_figure",
-    "inspect_layers_figure",
-    "inspect_scatter_figure",
-    "inspection_figures",
-    "noise_models_figure",
-    "quick_plot",
-    "rank_figure",
-    "rebuttal_figure",
     "save_figure",
-    "series_figures",
-    "series_gap_figure",
-    "series_rate_figure",
-    "toy_spectrum_figure",
     "write_compare_figures",
 ]
+# Every family module exports its figures by its own __all__.
+__all__ += (
+    attention.__all__
+    + core.__all__
+    + inspect.__all__
+    + inspect_series.__all__
+    + noise.__all__
+    + rebuttal.__all__
+    + reproduce.__all__
+)

@@ -11,7 +11,7 @@ Conventions shared by every figure:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib as mpl
@@ -206,6 +206,12 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, bbox_inches="tight", facecolor="white")
     return path
+
+
+def png_writer(fig: Figure) -> Callable[[Path], object]:
+    """A writer of ``fig`` as a PNG to a given path (what ``rankflow.inspect`` calls
+    with a temporary file, so the path's suffix does not choose the format)."""
+    return lambda p: fig.savefig(p, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
 
 
 def finish_figure(

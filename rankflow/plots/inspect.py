@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import DPI, finish_figure, mask_log
+from .common import finish_figure, mask_log, png_writer
 
 __all__ = ["inspect_layers_figure", "inspect_scatter_figure", "inspection_figures"]
 
@@ -220,9 +220,4 @@ def inspection_figures(insp) -> dict[str, Callable[[Path], object]]:
         "scatter.png": inspect_scatter_figure(insp.grams, insp.heads, title=title),
         "layers.png": inspect_layers_figure(insp.heads, title=title),
     }
-    return {
-        name: lambda p, fig=fig: fig.savefig(
-            p, format="png", dpi=DPI, bbox_inches="tight", facecolor="white"
-        )
-        for name, fig in figs.items()
-    }
+    return {name: png_writer(fig) for name, fig in figs.items()}

@@ -11,11 +11,21 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from .common import DPI, finish_figure, mask_log
+from .common import finish_figure, mask_log, png_writer
 
 __all__ = ["series_figures", "series_gap_figure", "series_rate_figure"]
 
 _PAIR_TITLES = {"qk": "key–query", "vo": "value–output"}
+
+
+def _pair_panels(table: pd.DataFrame, height: float):
+    """The theory units of a table (every row where it has no ``theory`` column), the
+    pairs it holds, and a figure with one panel (axes) per pair."""
+    t = table[table["theory"].astype(bool)] if "theory" in table.columns else table
+    pairs = [p for p in ("qk", "vo") if (t["pair"] == p).any()]
+    fig = Figure(figsize=(6.0 * max(len(pairs), 1), height), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, max(len(pairs), 1), squeeze=False)[0])
+    return t, pairs, fig, axes
 
 
 def series_gap_figure(
@@ -29,10 +39,7 @@ def series_gap_figure(
     the median over the layer's theory units (line) and their quartiles (band), the
     null pairing's median beside (dashed, same colour). Log y: a decay at a constant
     rate is a straight line."""
-    t = heads[heads["theory"].astype(bool)] if "theory" in heads.columns else heads
-    pairs = [p for p in ("qk", "vo") if (t["pair"] == p).any()]
-    fig = Figure(figsize=(6.0 * max(len(pairs), 1), 4.4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, max(len(pairs), 1), squeeze=False)[0])
+    t, pairs, fig, axes = _pair_panels(heads, height=4.4)
     layers = sorted(t["layer"].unique())
     cmap = colormaps["viridis"]
     for ax, pair in zip(axes, pairs):
@@ -62,10 +69,7 @@ def series_rate_figure(
     with ±1 standard error), the null pairing's rate (grey), and the predicted rate
     (T5's ``−2 log(1 − ηλ)`` per step, solid; gradient flow's ``2ηλ``, dotted) where the
     table has one."""
-    t = rates[rates["theory"].astype(bool)] if "theory" in rates.columns else rates
-    pairs = [p for p in ("qk", "vo") if (t["pair"] == p).any()]
-    fig = Figure(figsize=(6.0 * max(len(pairs), 1), 4.2), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, max(len(pairs), 1), squeeze=False)[0])
+    t, pairs, fig, axes = _pair_panels(rates, height=4.2)
     rng = np.random.default_rng(0)  # horizontal jitter only, so that points do not hide
     for ax, pair in zip(axes, pairs):
         g = t[t["pair"] == pair]
@@ -97,9 +101,4 @@ def series_figures(series) -> dict[str, Callable[[Path], object]]:
         "series_gaps.png": series_gap_figure(series.heads, series.meta["statistic"], title=title),
         "series_rates.png": series_rate_figure(series.rates, title=title),
     }
-    return {
-        name: lambda p, fig=fig: fig.savefig(
-            p, format="png", dpi=DPI, bbox_inches="tight", facecolor="white"
-        )
-        for name, fig in figs.items()
-    }
+    return {name: png_writer(fig) for name, fig in figs.items()}

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import DPI, finish_figure
+from .common import finish_figure, png_writer
 
 _TITLES = {
     "qk": "W_QK per head (median)",
@@ -58,8 +58,6 @@ def spectra_writer(title: str = "") -> Callable[[pd.DataFrame, pd.DataFrame], Ca
     values → writer of ``spectra.png`` to a path."""
 
     def figure(table: pd.DataFrame, sv: pd.DataFrame) -> Callable[[Path], object]:
-        fig = spectra_figure(table, sv, title=title)
-        return lambda p: fig.savefig(p, format="png", dpi=DPI, bbox_inches="tight",
-                                     facecolor="white")  # fmt: skip
+        return png_writer(spectra_figure(table, sv, title=title))
 
     return figure
