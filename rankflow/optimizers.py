@@ -28,6 +28,7 @@ __all__ = [
     "make_optimizer",
     "momentum",
     "momentum_coupled",
+    "optimizer_step",
     "scale_by_lr",
     "sgd_gaussian",
 ]
@@ -138,6 +139,18 @@ def make_optimizer(
     raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
 
 
+def optimizer_step(opt: optax.GradientTransformation, grads: Callable) -> Callable:
+    """One step of ``opt`` as a function of ``carry = (params, opt_state, k)``, step
+    ``k`` using the gradients ``grads(params, k)``; returns the next carry."""
+
+    def step(carry):
+        params, state, k = carry
+        updates, state = opt.update(grads(params, k), state, params)
+        return optax.apply_updates(params, updates), state, k + 1
+
+    return step
+
+
 def iterate(
     opt: optax.GradientTransformation,
     grads: Callable,
@@ -153,10 +166,7 @@ def iterate(
     One scan over the save intervals, whose body runs the interval's steps and then
     observes: memory O(saves), whatever the number of steps."""
 
-    def step(carry):
-        params, state, k = carry
-        updates, state = opt.update(grads(params, k), state, params)
-        return optax.apply_updates(params, updates), state, k + 1
+    step = optimizer_step(opt, grads)
 
     def run(carry, n: int):
         return jax.lax.scan(lambda c, _: (step(c), None), carry, length=n)[0]

@@ -84,10 +84,7 @@ def _iterate_exporting(opt, grads, params0, every: int, saves: int, per: int, ob
     """:func:`iterate` as two nested scans, saves inside exports, so that only the
     exported parameters are stacked (memory: exports × parameters, not saves ×)."""
 
-    def step(carry):
-        params, state, k = carry
-        updates, state = opt.update(grads(params, k), state, params)
-        return optax.apply_updates(params, updates), state, k + 1
+    step = optimizers.optimizer_step(opt, grads)
 
     def interval(carry, _):
         carry = jax.lax.scan(lambda c, _: (step(c), None), carry, length=every)[0]
