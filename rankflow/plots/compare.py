@@ -232,24 +232,16 @@ def compare_order_figure(df: pd.DataFrame, out_path: str | Path | None = None) -
                 fontsize="small",
             )
     ax.margins(x=0.15)  # room for the labels right of the points
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     mu = " and μ" if "momentum" in s["dynamics.kind"] else ""
-    ax.set(
-        xlabel=r"learning rate $\eta$ (log scale)",
-        ylabel=r"$\|\theta_K-\theta(t{=}K)\|_F$ at the horizon K (log scale)",
-    )
-    ax.set_title(
+    return _finish_order_figure(
+        fig,
+        df,
+        r"$\|\theta_K-\theta(t{=}K)\|_F$ at the horizon K (log scale)",
         f"Order in η at a fixed horizon ηt = {s['horizon']:g}"
         + (f" (η{mu} halved together)" if mu else ""),
-        fontsize="medium",
+        out_path,
+        legend_loc="upper left",
     )
-    ax.legend(fontsize="small", loc="upper left")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle(_compare_setting(df, eta=False), fontsize="medium")
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
 
 
 def compare_sde_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
@@ -368,18 +360,32 @@ def compare_weak_figure(df: pd.DataFrame, out_path: str | Path | None = None) ->
             ax.plot(eta, np.exp(y0 + p * (np.log(eta) - x0)), "-", color=f"C{i}", lw=1)
             ax.plot(eta, np.exp(y0 + np.log(eta) - x0), "--", color="0.5", lw=1)
     ax.plot([], [], "--", color="0.5", label="slope 1 (Li, Tai & E: weak order 1)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set(
-        xlabel=r"learning rate $\eta$ (log scale)",
-        ylabel=r"|mean of SGD at step K − mean of SME at $t{=}K$| (± 2 SE)",
-    )
-    ax.set_title(
+    return _finish_order_figure(
+        fig,
+        df,
+        r"|mean of SGD at step K − mean of SME at $t{=}K$| (± 2 SE)",
         f"Weak error at a fixed horizon ηt = {s['horizon']:g} (SME: Euler–Maruyama, "
         f"dt = {s['solver.dt']:g})",
-        fontsize="medium",
+        out_path,
     )
-    ax.legend(fontsize="small")
+
+
+def _finish_order_figure(
+    fig: Figure,
+    df: pd.DataFrame,
+    ylabel: str,
+    title: str,
+    out_path: str | Path | None,
+    legend_loc: str | None = None,
+) -> Figure:
+    """Finish a one-panel order-in-η figure: log-log axes, η on x, ``ylabel``, ``title``,
+    legend, grid and the setting as the figure's title; written to ``out_path`` when given."""
+    (ax,) = fig.axes
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel=r"learning rate $\eta$ (log scale)", ylabel=ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.legend(fontsize="small", loc=legend_loc)
     ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(_compare_setting(df, eta=False), fontsize="medium")
     if out_path is not None:
