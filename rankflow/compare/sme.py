@@ -107,12 +107,11 @@ def weak_table(setting, etas, horizons, paths, opt_obs, flow_obs, h_opt, h_flow)
                     "dynamics.eta": float(eta),
                     "steps": int(horizons[j]),
                     "horizon": float(eta) * horizons[j],
-                    "optimizer.paths": int(s_opt["paths"]),
-                    "optimizer.mean": float(s_opt["mean"]),
-                    "optimizer.se": float(s_opt["se"]),
-                    "flow.paths": int(s_flow["paths"]),
-                    "flow.mean": float(s_flow["mean"]),
-                    "flow.se": float(s_flow["se"]),
+                    **{
+                        f"{side}.{k}": (int if k == "paths" else float)(st[k])
+                        for side, st in (("optimizer", s_opt), ("flow", s_flow))
+                        for k in ("paths", "mean", "se")
+                    },
                     "error": float(error),
                     "error_se": error_se,
                     "z": error / error_se if error_se > 0 else math.nan,
