@@ -203,7 +203,30 @@ class Block(nnx.Module):
         return x_BxTxD + self.mlp(self.ln2(x_BxTxD))
 
 
-class Transformer(nnx.Module):
+class _Trunk(nnx.Module):
+    """What both models share after their embedding: learned positions (``pos``), the
+    ``layers`` blocks and the final LayerNorm (``ln_f``)."""
+
+    def _init_trunk(self, spec: ModelSpec, rngs: nnx.Rngs, init_scale) -> None:
+        D, dtype = spec.D, spec.dtype
+        self.pos = nnx.Param(
+            jax.random.normal(rngs.params(), (spec.context, D), dtype) / np.sqrt(D)
+        )
+        self.blocks = nnx.List(
+            [Block(spec, rngs=rngs, init_scale=init_scale) for _ in range(spec.layers)]
+        )
+        self.ln_f = nnx.LayerNorm(D, dtype=dtype, param_dtype=dtype, rngs=rngs)
+
+    def _trunk(self, x_BxTxD, probes: dict[str, Array] | None):
+        """The blocks (each with its layer's probes, if any), then the final LayerNorm."""
+        for l, block in enumerate(self.blocks):
+            pq = None if probes is None else probes["qk"][l]
+            pv = None if probes is None else probes["vo"][l]
+            x_BxTxD = block(x_BxTxD, pq, pv)
+        return self.ln_f(x_BxTxD)
+
+
+class Transformer(_Trunk):
     """Token (or vector) embedding + learned positions, ``layers`` blocks, a final
     LayerNorm and the unembedding (or read-out)."""
 
@@ -214,13 +237,7 @@ class Transformer(nnx.Module):
             self.embed = nnx.Embed(spec.vocab, D, **kw)  # entries N(0, 1/D)
         else:
             self.embed = nnx.Linear(spec.d_in, D, use_bias=False, **kw)
-        self.pos = nnx.Param(
-            jax.random.normal(rngs.params(), (spec.context, D), dtype) / np.sqrt(D)
-        )
-        self.blocks = nnx.List(
-            [Block(spec, rngs=rngs, init_scale=init_scale) for _ in range(spec.layers)]
-        )
-        self.ln_f = nnx.LayerNorm(D, **kw)
+        self._init_trunk(spec, rngs, init_scale)
         if not spec.tied:
             self.unembed = nnx.Linear(D, spec.d_out, use_bias=False, **kw)
         self.tied = spec.tied
@@ -231,11 +248,7 @@ class Transformer(nnx.Module):
         Returns logits (B, T, vocab) or predictions (B, T, d_out)."""
         T = inputs.shape[1]
         x_BxTxD = self.embed(inputs) + self.pos[...][:T][None]
-        for l, block in enumerate(self.blocks):
-            pq = None if probes is None else probes["qk"][l]
-            pv = None if probes is None else probes["vo"][l]
-            x_BxTxD = block(x_BxTxD, pq, pv)
-        x_BxTxD = self.ln_f(x_BxTxD)
+        x_BxTxD = self._trunk(x_BxTxD, probes)
         return self.embed.attend(x_BxTxD) if self.tied else self.unembed(x_BxTxD)
 
 
@@ -261,7 +274,7 @@ class PatchEmbed(nnx.Module):
         return jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
 
 
-class VisionTransformer(nnx.Module):
+class VisionTransformer(_Trunk):
     """Patch embedding (+ class token) + learned positions, ``layers`` bidirectional
     blocks, a final LayerNorm, pooling and a linear classifier head (``unembed``)."""
 
@@ -269,13 +282,7 @@ class VisionTransformer(nnx.Module):
         D, dtype = spec.D, spec.dtype
         kw = {"dtype": dtype, "param_dtype": dtype, "rngs": rngs}
         self.embed = PatchEmbed(spec, rngs=rngs)
-        self.pos = nnx.Param(
-            jax.random.normal(rngs.params(), (spec.context, D), dtype) / np.sqrt(D)
-        )
-        self.blocks = nnx.List(
-            [Block(spec, rngs=rngs, init_scale=init_scale) for _ in range(spec.layers)]
-        )
-        self.ln_f = nnx.LayerNorm(D, **kw)
+        self._init_trunk(spec, rngs, init_scale)
         self.unembed = nnx.Linear(D, spec.d_out, use_bias=False, **kw)
         self.pooling = spec.pooling
 
@@ -285,11 +292,7 @@ class VisionTransformer(nnx.Module):
         outputs with the label at its only position."""
         x_BxTxD = self.embed(images)
         x_BxTxD = x_BxTxD + self.pos[...][: x_BxTxD.shape[1]][None]
-        for l, block in enumerate(self.blocks):
-            pq = None if probes is None else probes["qk"][l]
-            pv = None if probes is None else probes["vo"][l]
-            x_BxTxD = block(x_BxTxD, pq, pv)
-        x_BxTxD = self.ln_f(x_BxTxD)
+        x_BxTxD = self._trunk(x_BxTxD, probes)
         if self.pooling == "cls":
             pooled_BxD = x_BxTxD[:, 0]
         else:
