@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema as schema_lib
-from .points import Points
+from .points import Points, validated
 from .schema import (
     BOOL,
     INT,
@@ -499,16 +499,11 @@ def resolve(
     return schema_lib.shared_base(cfg, checked, SCHEMA)
 
 
-def _finish(point: dict[str, Any]) -> dict[str, Any]:
-    validate(point)
-    return derive(point)
-
-
 def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists: one validated point per combination, its derived
     values filled, in row-major order of the ``[sweep]`` table (the first key varies
     slowest). A sequence made on demand (:class:`rankflow.points.Points`)."""
-    return Points(cfg, SCHEMA, _finish, NUMERIC_KEYS)
+    return Points(cfg, SCHEMA, validated(validate, derive), NUMERIC_KEYS)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:

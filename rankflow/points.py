@@ -15,7 +15,7 @@ from typing import Any
 
 from .schema import Schema, copy_config, set_dotted
 
-__all__ = ["EXACT_CHECK", "Points"]
+__all__ = ["EXACT_CHECK", "Points", "validated"]
 
 # Sweeps of at most this many points are checked point by point; larger ones through
 # their representatives (see Points.representatives).
@@ -159,3 +159,16 @@ class Points(Sequence):
         members = [np.flatnonzero(group_of == g) for g in range(len(first))]
         members.sort(key=lambda m: m[0])
         return [m.tolist() for m in members]
+
+
+def validated(
+    validate: Callable[[dict[str, Any]], None], derive: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A family's ``finish`` of a point: ``validate`` it (raising ``ConfigError``), then
+    fill its derived values with ``derive`` (which returns the point)."""
+
+    def finish(point: dict[str, Any]) -> dict[str, Any]:
+        validate(point)
+        return derive(point)
+
+    return finish

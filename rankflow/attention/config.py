@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema as schema_lib
-from ..points import Points
+from ..points import Points, validated
 from ..schema import (
     BOOL,
     INT,
@@ -479,15 +479,10 @@ def resolve(
     return schema_lib.shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
 
 
-def _finish(point: dict[str, Any]) -> dict[str, Any]:
-    validate(point)
-    return derive(point)
-
-
 def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists (first key slowest): one validated point each,
     with every group's λ filled in; a sequence made on demand."""
-    return Points(cfg, SCHEMA, _finish, NUMERIC_KEYS)
+    return Points(cfg, SCHEMA, validated(validate, derive), NUMERIC_KEYS)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:
