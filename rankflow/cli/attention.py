@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..config import ConfigError
-from .common import add_command, add_executor_options, add_set_option, run_sweep, warnings_as_lines
+from .common import add_command, add_sweep_options, run_sweep, warnings_as_lines
 
 
 def add_parser(sub) -> None:
@@ -41,16 +41,11 @@ def _add_train(attention_sub) -> None:
         "(losses), so a killed run continues with --resume.",
         epilog=keys_help(),
     )
-    att_train.add_argument("config", help="TOML config file (see sims/attention/)")
-    add_set_option(
-        att_train, "override a config key, e.g. --set train.lam=0.1 (repeatable; TOML literals)"
-    )
-    att_train.add_argument("--out", required=True, metavar="DIR", help="results directory")
-    att_train.add_argument(
-        "--resume", action="store_true", help="continue the sweep in DIR (same config)"
-    )
-    att_train.add_argument(
-        "--chunk", type=int, metavar="N", help="runs per chunk (default: ≤ 32 per structure)"
+    add_sweep_options(
+        att_train,
+        "TOML config file (see sims/attention/)",
+        "override a config key, e.g. --set train.lam=0.1 (repeatable; TOML literals)",
+        "≤ 32 per structure",
     )
     att_train.add_argument(
         "--export-every",
@@ -60,8 +55,6 @@ def _add_train(attention_sub) -> None:
         "naming, ViT for images) every K steps to DIR/export/run_<id>/step_<k>/, which "
         "rankflow inspect reads (= --set train.export_every=K)",
     )
-    att_train.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_executor_options(att_train)
 
 
 def _add_plot(attention_sub) -> None:

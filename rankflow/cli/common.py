@@ -62,6 +62,26 @@ def warnings_as_lines():
                 print(f"rankflow: warning: {w.message}", file=sys.stderr)
 
 
+def add_sweep_options(
+    parser: argparse.ArgumentParser, config_help: str, set_help: str, chunk_default: str
+) -> None:
+    """What every sweep command (``run``, ``attention train``) takes: CONFIG, ``--set``,
+    ``--out``, ``--resume``, ``--chunk``, ``--quiet`` and the executor's options."""
+    parser.add_argument("config", help=config_help)
+    add_set_option(parser, set_help)
+    parser.add_argument("--out", required=True, metavar="DIR", help="results directory")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in DIR (same config), skipping finished chunks",
+    )
+    parser.add_argument(
+        "--chunk", type=int, metavar="N", help=f"runs per chunk (default: {chunk_default})"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_executor_options(parser)
+
+
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
     """``--executor`` and the options of ``--executor submitit``, for every sweep command
     (``run`` and ``attention train``: both go through the one engine)."""

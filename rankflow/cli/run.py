@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import config as config_lib
-from .common import add_command, add_executor_options, add_set_option, run_sweep
+from .common import add_command, add_sweep_options, run_sweep
 
 
 def add_parser(sub) -> None:
@@ -24,26 +24,13 @@ def add_parser(sub) -> None:
         "`rankflow sweep` is the same command.",
         epilog=config_lib.keys_help(),
     )
-    run.add_argument("config", help="TOML config file (see sims/ for examples)")
-    add_set_option(
+    add_sweep_options(
         run,
+        "TOML config file (see sims/ for examples)",
         "override a config key, e.g. --set dynamics.lam=0.1 (repeatable; "
         "values are TOML literals, e.g. --set sweep.seed=[0,1,2])",
+        "sized so a chunk needs ≲ 256 MiB",
     )
-    run.add_argument("--out", required=True, metavar="DIR", help="results directory")
-    run.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the sweep in DIR (same config), skipping finished chunks",
-    )
-    run.add_argument(
-        "--chunk",
-        type=int,
-        metavar="N",
-        help="runs per chunk (default: sized so a chunk needs ≲ 256 MiB)",
-    )
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_executor_options(run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
