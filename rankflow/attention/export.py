@@ -96,6 +96,22 @@ def _attention(attn: Mapping[str, Any], spec: ModelSpec) -> dict[str, np.ndarray
     return out
 
 
+def _norms_and_mlp(
+    t: dict[str, Any], prefix: str, blk: Mapping[str, Any], names: tuple[str, ...], transpose: bool
+) -> None:
+    """Put a block's two LayerNorms and its MLP's two linear maps into ``t`` under
+    ``prefix`` + their Hugging Face ``names`` (ln1, ln2, fc_in, fc_out), the MLP weights
+    transposed when ``transpose``."""
+    ln1, ln2, fc_in, fc_out = names
+    for ours, theirs in (("ln1", ln1), ("ln2", ln2)):
+        t[prefix + theirs + ".weight"] = blk[ours]["scale"]
+        t[prefix + theirs + ".bias"] = blk[ours]["bias"]
+    for ours, theirs in (("fc_in", fc_in), ("fc_out", fc_out)):
+        kernel = blk["mlp"][ours]["kernel"]
+        t[prefix + theirs + ".weight"] = np.asarray(kernel).T if transpose else kernel
+        t[prefix + theirs + ".bias"] = blk["mlp"][ours]["bias"]
+
+
 def _gpt2(params: Mapping[str, Any], spec: ModelSpec) -> dict[str, np.ndarray]:
     t: dict[str, Any] = {
         "transformer.wte.weight": params["embed"]["embedding"],
@@ -112,12 +128,8 @@ def _gpt2(params: Mapping[str, Any], spec: ModelSpec) -> dict[str, np.ndarray]:
         t[p + "attn.c_attn.bias"] = np.concatenate([a["q_bias"], a["k_bias"], a["v_bias"]])
         t[p + "attn.c_proj.weight"] = a["o"]
         t[p + "attn.c_proj.bias"] = a["o_bias"]
-        for ours, theirs in (("ln1", "ln_1"), ("ln2", "ln_2")):
-            t[p + theirs + ".weight"] = blk[ours]["scale"]
-            t[p + theirs + ".bias"] = blk[ours]["bias"]
-        for ours, theirs in (("fc_in", "c_fc"), ("fc_out", "c_proj")):
-            t[p + f"mlp.{theirs}.weight"] = blk["mlp"][ours]["kernel"]  # Conv1D: (in, out)
-            t[p + f"mlp.{theirs}.bias"] = blk["mlp"][ours]["bias"]
+        # Conv1D MLP weights: (in, out), as ours.
+        _norms_and_mlp(t, p, blk, ("ln_1", "ln_2", "mlp.c_fc", "mlp.c_proj"), transpose=False)
     return t
 
 
@@ -144,12 +156,8 @@ def _vit(params: Mapping[str, Any], spec: ModelSpec) -> dict[str, np.ndarray]:
                 t[q + f"attention.attention.{name}.bias"] = a[r + "_bias"]
         t[q + "attention.output.dense.weight"] = a["o"].T
         t[q + "attention.output.dense.bias"] = a["o_bias"]
-        for ours, theirs in (("ln1", "layernorm_before"), ("ln2", "layernorm_after")):
-            t[q + theirs + ".weight"] = blk[ours]["scale"]
-            t[q + theirs + ".bias"] = blk[ours]["bias"]
-        for ours, theirs in (("fc_in", "intermediate.dense"), ("fc_out", "output.dense")):
-            t[q + theirs + ".weight"] = np.asarray(blk["mlp"][ours]["kernel"]).T
-            t[q + theirs + ".bias"] = blk["mlp"][ours]["bias"]
+        names = ("layernorm_before", "layernorm_after", "intermediate.dense", "output.dense")
+        _norms_and_mlp(t, q, blk, names, transpose=True)  # nn.Linear: (out, in)
     return t
 
 
