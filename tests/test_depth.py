@@ -264,3 +264,10 @@ def test_a_width_below_the_targets_rank_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         C.resolve(cfg | {"model": {"depth": 3, "r": 3}})
+
+
+def test_compare_refuses_depth_above_two():
+    from rankflow.compare import compare
+
+    with pytest.raises(C.ConfigError, match=r"^model\.depth: compare measures"):
+        compare({"dynamics": {"kind": "gd"}, "model": {"depth": 3}})
