@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema as schema_lib
+from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .points import Points
 from .schema import (
     BOOL,
@@ -105,14 +106,6 @@ NUMERIC_KEYS = (
 )
 
 
-def positive_widths(r) -> str | None:
-    """Check of ``model.r``: a positive integer, or a non-empty list of them."""
-    widths = r if isinstance(r, list) else [r]
-    if not widths:
-        return "must be an integer ≥ 1 or a non-empty list of them"
-    return None if all(w >= 1 for w in widths) else "must be ≥ 1"
-
-
 SCHEMA: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: problem data, initialisation, noise"),
     "problem": {
@@ -144,22 +137,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             callables=True,
         ),
     },
-    "model": {
-        "r": Field(
-            INT + LIST,
-            5,
-            "inner dimension: A is m×r, B is n×r; at depth L every inner width, or a list of "
-            "the L − 1 widths d_1 … d_{L−1}",
-            positive_widths,
-            items=(int,),
-        ),
-        "depth": Field(
-            INT,
-            2,
-            "factors L of W = W_L ⋯ W_1 (W_j is d_j×d_{j−1}), weight decay on each; 2 is W = ABᵀ",
-            ge(2),
-        ),
-    },
+    "model": MODEL_FIELDS,
     "init": {
         "kind": Field(STR, "gaussian", "initialisation of (A, B)", one_of(INIT_KINDS)),
         "scale": Field(
@@ -170,15 +148,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             ge(0),
         ),
         "imbalance": Field(NUM, 1.0, "imbalanced: ‖D(0)‖_F = ‖AᵀA − BᵀB‖_F", ge(0)),
-        "pairs": Field(
-            LIST,
-            None,
-            "imbalanced, depth L: the adjacent pairs j whose D_j = W_{j+1}ᵀW_{j+1} − "
-            "W_jW_jᵀ start with ‖D_j‖_F = init.imbalance (the others balanced; default: "
-            "every pair 1 … L − 1)",
-            optional=True,
-            items=(int,),
-        ),
+        "pairs": PAIRS_FIELD,
     },
     "dynamics": {
         "kind": Field(
@@ -271,7 +241,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
     """Check one point's cross-field rules (the single-field ones are in SCHEMA).
     Raises ConfigError naming the field; changes nothing."""
     _validate_problem(cfg["problem"], cfg["init"])
-    _validate_depth(cfg["model"], cfg["init"], cfg["problem"])
+    validate_depth(cfg["model"], cfg["init"])
     _validate_dynamics(cfg["dynamics"], cfg["problem"])
     _validate_solver(cfg["dynamics"], cfg["solver"])
     _validate_save(cfg)
@@ -317,27 +287,6 @@ def _validate_problem(p: Mapping[str, Any], init: Mapping[str, Any]) -> None:
         raise ConfigError(
             "init.kind: 'spectral' needs a target, which custom problems lack; "
             "use gaussian, balanced or imbalanced"
-        )
-
-
-def _validate_depth(model: Mapping[str, Any], init: Mapping[str, Any], p) -> None:
-    depth, r = model["depth"], model["r"]
-    if isinstance(r, list) and len(r) != depth - 1:
-        raise ConfigError(
-            f"model.r: depth {depth} has {depth - 1} inner width{'s' * (depth > 2)}; give "
-            f"one integer or a list of {depth - 1}, got {len(r)} values {r}"
-        )
-    pairs = init["pairs"]
-    if pairs is None:
-        return
-    if init["kind"] != "imbalanced":
-        raise ConfigError(f"init.pairs: only for init.kind = 'imbalanced', not {init['kind']!r}")
-    allowed = list(range(1, depth))
-    if not pairs or any(j not in allowed for j in pairs) or len(set(pairs)) != len(pairs):
-        raise ConfigError(
-            f"init.pairs: depth {depth} has the adjacent pairs "
-            f"{', '.join(map(str, allowed))} (D_j = W_{{j+1}}ᵀW_{{j+1}} − W_jW_jᵀ); give "
-            f"distinct ones of them, got {pairs}"
         )
 
 
@@ -489,28 +438,6 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
 def p_has_samples(problem: Mapping[str, Any]) -> bool:
     """Whether a problem's loss averages over data points (minibatches make sense)."""
     return problem["kind"] in ("sensing", "completion", "regression")
-
-
-def warn_narrow(points: list[Mapping[str, Any]]) -> None:
-    """Say once when an inner width at depth L ≥ 3 is below the target's rank: the
-    product's rank is at most the narrowest width, so a minimiser of higher rank is out
-    of reach (a choice a study may make on purpose: a warning, not an error)."""
-    narrow = set()
-    for p in points:
-        prob, model = p["problem"], p["model"]
-        if model["depth"] == 2 or prob["kind"] == "custom":
-            continue
-        sv = singular_values(prob)
-        rank = sum(1 for v in sv if v != 0) if prob["kind"] == "diagonal" else prob["rank"]
-        width = min(model["r"]) if isinstance(model["r"], list) else model["r"]
-        if width < rank:
-            narrow.add((width, rank))
-    for width, rank in sorted(narrow):
-        warnings.warn(
-            f"model.r: an inner width {width} < the target's rank {rank}: W = W_L ⋯ W_1 has "
-            f"rank ≤ {width} and cannot reach a minimiser of higher rank",
-            stacklevel=2,
-        )
 
 
 def warn_deterministic(points: list[Mapping[str, Any]]) -> None:
