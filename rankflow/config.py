@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import schema as schema_lib
+from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .points import Points, validated
 from .schema import (
     BOOL,
@@ -136,9 +137,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             callables=True,
         ),
     },
-    "model": {
-        "r": Field(INT, 5, "inner dimension: A is m×r, B is n×r", ge(1)),
-    },
+    "model": MODEL_FIELDS,
     "init": {
         "kind": Field(STR, "gaussian", "initialisation of (A, B)", one_of(INIT_KINDS)),
         "scale": Field(
@@ -149,6 +148,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             ge(0),
         ),
         "imbalance": Field(NUM, 1.0, "imbalanced: ‖D(0)‖_F = ‖AᵀA − BᵀB‖_F", ge(0)),
+        "pairs": PAIRS_FIELD,
     },
     "dynamics": {
         "kind": Field(
@@ -241,6 +241,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
     """Check one point's cross-field rules (the single-field ones are in SCHEMA).
     Raises ConfigError naming the field; changes nothing."""
     _validate_problem(cfg["problem"], cfg["init"])
+    validate_depth(cfg["model"], cfg["init"])
     _validate_dynamics(cfg["dynamics"], cfg["problem"])
     _validate_solver(cfg["dynamics"], cfg["solver"])
     _validate_save(cfg)
@@ -418,7 +419,7 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
 def derive(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill a validated point's derived values in place: a diagonal problem's singular
     values and its m = n, the solver's method and ``adaptive``, ``save.t1`` from
-    ``save.ts``. Returns the point."""
+    ``save.ts``, a depth-2 ``model.r`` list as its one width. Returns the point."""
     p, d, s, sv = cfg["problem"], cfg["dynamics"], cfg["solver"], cfg["save"]
     if p["kind"] == "diagonal":
         p["singular_values"] = singular_values(p)
@@ -426,6 +427,9 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
     d["noise"] = noise_model(d)
+    model = cfg["model"]
+    if model["depth"] == 2 and isinstance(model["r"], list):
+        model["r"] = model["r"][0]  # the pair's one inner width
     if sv["ts"] is not None:
         sv["t1"] = float(sv["ts"][-1])
     return cfg
@@ -496,6 +500,7 @@ def resolve(
     points = expand(cfg)
     checked = [points[i] for i in points.representatives()]
     warn_deterministic(checked)
+    warn_narrow(checked)
     return schema_lib.shared_base(cfg, checked, SCHEMA)
 
 

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from diffrax import AbstractERK, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
+from .depth import chain, product, shape_of
 from .problems import Problem
 from .schedules import Schedule, eta_at
 from .vocabulary import MOMENTUM_DYNAMICS
@@ -45,7 +46,9 @@ __all__ = [
 
 
 def factor_grads(problem: Problem, minibatch: bool = False, w_noise: bool = False) -> Callable:
-    """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)``; with
+    """``(A, B), data → (∇_A, ∇_B) = (G B, Gᵀ A)`` with ``G = ∇_W L(ABᵀ)`` (at depth
+    L ≥ 3, ``(W_1, …, W_L), data →`` the chain rule's ``(∇_1, …, ∇_L)``:
+    :func:`rankflow.depth.chain`); with
     ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``;
     with ``w_noise``, ``(A, B), data, ξ →`` the same for the noisy gradient ``G + ξ``
     (gradient-space noise, THEORY.md T9).
@@ -55,16 +58,11 @@ def factor_grads(problem: Problem, minibatch: bool = False, w_noise: bool = Fals
     single-threaded dot, while ``transpose(G) @ A`` keeps a canonical dot that goes to its
     fast batched matmul kernel (≈ 25% of a GD step at d = 32, 64 runs; benchmarks/)."""
 
-    def chain(G, theta):
-        A, B = theta
-        return G @ B, jnp.swapaxes(G, -1, -2) @ A
-
     if minibatch:
         grad_w_batch = jax.grad(problem.batch_loss)
 
         def batch_grads(theta, data, idx):
-            A, B = theta
-            return chain(grad_w_batch(A @ B.T, data, idx), theta)
+            return chain(grad_w_batch(product(theta), data, idx), theta)
 
         return batch_grads
 
@@ -72,14 +70,12 @@ def factor_grads(problem: Problem, minibatch: bool = False, w_noise: bool = Fals
     if w_noise:
 
         def noisy_grads(theta, data, xi):
-            A, B = theta
-            return chain(grad_w(A @ B.T, data) + xi, theta)
+            return chain(grad_w(product(theta), data) + xi, theta)
 
         return noisy_grads
 
     def grads(theta, data):
-        A, B = theta
-        return chain(grad_w(A @ B.T, data), theta)
+        return chain(grad_w(product(theta), data), theta)
 
     return grads
 
@@ -177,7 +173,8 @@ class AdditiveNoise(diffrax.ControlTerm):
 
 class FactorNoise(diffrax.ControlTerm):
     """Noise that enters through the gradient of ``W = ABᵀ`` (THEORY.md T9, T10): a
-    W-space increment ``dG`` reaches the factors by the chain rule as ``(dG B, dGᵀA)``,
+    W-space increment ``dG`` reaches the factors by the chain rule as ``(dG B, dGᵀA)``
+    (at depth L ≥ 3, :func:`rankflow.depth.chain`'s ``∇_j``),
     times ``c`` (``vf``'s ``"c"``: −η(t)σ on θ, μσ on the momentum), placed into the state
     by ``embed``. The noise depends on the state (multiplicative), so Itô and
     Stratonovich solutions differ: Euler–Maruyama converges to the Itô one.
@@ -202,10 +199,10 @@ class FactorNoise(diffrax.ControlTerm):
 
     def __init__(self, model, scale_fn, control, theta_of, embed, sample_losses, spread):
         def vf(t, y, args):
-            A, B = theta_of(y)
-            out = {"c": scale_fn(t, args), "A": A, "B": B}
+            theta = tuple(theta_of(y))
+            out = {"c": scale_fn(t, args), "theta": theta}
             if model == "minibatch":
-                g = jax.jacrev(sample_losses)(A @ B.T, args[0])  # (N, m, n)
+                g = jax.jacrev(sample_losses)(product(theta), args[0])  # (N, m, n)
                 out["deltas"] = spread * (g - jnp.mean(g, axis=0, keepdims=True))
             return out
 
@@ -217,22 +214,21 @@ class FactorNoise(diffrax.ControlTerm):
         self.sample_losses = sample_losses
         self.spread = spread
 
-    def _factors(self, c, A, B, dG):
-        return self.embed((c * (dG @ B), c * (jnp.swapaxes(dG, -1, -2) @ A)))
+    def _factors(self, c, theta, dG):
+        return self.embed(tuple(c * g for g in chain(dG, theta)))
 
     def prod(self, vf, control):
         dG = control if self.model == "gradient" else jnp.tensordot(control, vf["deltas"], 1)
-        return self._factors(vf["c"], vf["A"], vf["B"], dG)
+        return self._factors(vf["c"], vf["theta"], dG)
 
     def vf_prod(self, t, y, args, control):
         if self.model == "gradient":
             return self.prod(self.vf(t, y, args), control)
         data, _ = args
-        A, B = self.theta_of(y)
-        W = A @ B.T
-        _, pullback = jax.vjp(lambda w: self.sample_losses(w, data), W)
+        theta = tuple(self.theta_of(y))
+        _, pullback = jax.vjp(lambda w: self.sample_losses(w, data), product(theta))
         (dG,) = pullback(control - jnp.mean(control))
-        return self._factors(self.scale(t, args), A, B, self.spread * dG)
+        return self._factors(self.scale(t, args), theta, self.spread * dG)
 
 
 def minibatch_spread(samples: int, batch: int) -> float:
@@ -276,9 +272,8 @@ def noise_term(
         else:
             scale = lambda t, y, args: eta_at(t, args[1]["eta"], schedule) * args[1]["sigma"]  # noqa: E731
         return AdditiveNoise(scale, brownian_for(shape), embed)
-    A0, B0 = theta0
-    size = (A0.shape[0], B0.shape[0]) if model == "gradient" else (problem.samples,)
-    control = brownian_for(jax.ShapeDtypeStruct(size, A0.dtype))
+    size = shape_of(theta0) if model == "gradient" else (problem.samples,)
+    control = brownian_for(jax.ShapeDtypeStruct(size, theta0[0].dtype))
     sigma = (lambda h: h["sigma"]) if model == "gradient" else (lambda h: 1.0)
     if momentum:
         scale = lambda t, args: args[1]["mu"] * sigma(args[1])  # noqa: E731

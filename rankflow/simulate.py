@@ -23,11 +23,21 @@ import pandas as pd
 
 from . import batching, vocabulary
 from . import config as config_lib
+from .depth import depth_observable_names, depth_observables, init_depth_factors, inner_widths
+from .depth import product as product_of
 from .engine import programs
 from .engine.plan import pad_runs, shard
 from .engine.programs import TRACE_COUNTS
 from .engine.status import STATUS, with_status
-from .flows import drift_field, factor_grads, factors_of, initial_state, noise_term, solve
+from .flows import (
+    drift_field,
+    factor_grads,
+    factors_of,
+    initial_state,
+    max_abs,
+    noise_term,
+    solve,
+)
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
@@ -76,6 +86,8 @@ class Program:
         self.schedule = schedule_of(self.point["dynamics"], float(self.ts[-1]))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
+        self.depth = self.point["model"].get("depth", 2)
+        self.widths = inner_widths(self.point["model"])
         self._jitted = jax.jit(jax.vmap(self._single))
         # Adaptive solves: how to batch them is measured (rankflow.batching).
         self._measured = self.continuous and self.point["solver"]["adaptive"]
@@ -86,7 +98,14 @@ class Program:
 
     @property
     def num_sv(self) -> int:
+        if self.depth != 2:
+            return min(*self.problem.shape, *self.widths)
         return num_singular_values(*self.problem.shape, self.point["model"]["r"])
+
+    @property
+    def observable_names(self) -> tuple[str, ...]:
+        """The scalar columns of this program's table (``sv_1 …`` follow)."""
+        return OBSERVABLES if self.depth == 2 else depth_observable_names(self.depth)
 
     def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run a batch of runs. With several devices, the batch is sharded across all of
@@ -138,9 +157,28 @@ class Program:
         # Paths of one run share data and start, and differ in their noise only.
         noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
         data = self._make_data(p)
-        theta0 = init_factors(
-            self.point["init"]["kind"],
-            init_key,
+        theta0 = self._init(init_key, data, p)
+        hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
+        return data, theta0, hyper, noise_key
+
+    def _init(self, key, data, p):
+        """θ(0): the pair ``(A, B)`` at depth 2, ``(W_1, …, W_L)`` beyond."""
+        i = self.point["init"]
+        if self.depth != 2:
+            return init_depth_factors(
+                i["kind"],
+                key,
+                data.get("target"),
+                self.problem.shape,
+                self.widths,
+                p["init.scale"],
+                p["init.imbalance"],
+                i.get("pairs") or range(1, self.depth),
+                self.dtype,
+            )
+        return init_factors(
+            i["kind"],
+            key,
             self.problem,
             data,
             self.point["model"]["r"],
@@ -148,8 +186,6 @@ class Program:
             p["init.imbalance"],
             self.dtype,
         )
-        hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
-        return data, theta0, hyper, noise_key
 
     def typed(self, params: Mapping[str, Any]) -> dict[str, jax.Array]:
         """One run's values (as from :func:`params_of`) as the typed arrays the program
@@ -167,6 +203,8 @@ class Program:
 
     def _observe(self, state, data, hyper):
         theta = factors_of(self.kind, state) if self.continuous else state
+        if self.depth != 2:
+            return self._observe_depth(state, theta, data, hyper)
         A, B = theta
         if self.save == "states":
             out = {"theta": theta}
@@ -176,6 +214,18 @@ class Program:
             loss = self.problem.loss(A @ B.T, data)
             out = observables(A, B, loss, hyper["lam"], self.point["save"]["rank_tol"])
         out["_max_abs"] = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
+        return out
+
+    def _observe_depth(self, state, theta, data, hyper):
+        """:meth:`_observe` at depth L ≥ 3: the factors ``(W_1, …, W_L)``."""
+        if self.save == "states":
+            out = {"theta": theta}
+            if self.continuous and self.kind in vocabulary.MOMENTUM_DYNAMICS:
+                out["M"] = state[1]
+        else:
+            loss = self.problem.loss(product_of(theta), data)
+            out = depth_observables(theta, loss, hyper["lam"], self.point["save"]["rank_tol"])
+        out["_max_abs"] = max_abs(theta)
         return out
 
     def _finish(self, obs, reached, max_steps_hit):
@@ -318,8 +368,11 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
     }
     for k in config_lib.NUMERIC_KEYS:
         cols[k] = np.repeat([r[k] for r in rows], T)
-    for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
+    depth = ("model.depth",) if program.depth != 2 else ()
+    for k in dict.fromkeys(STRUCT_COLUMNS + depth + tuple(swept)):
         values = [config_lib.flatten(points[i])[k] for i, _ in runs]
+        if k == "model.r":  # a list of widths (depth L) is written as its text
+            values = [str(v) if isinstance(v, list) else v for v in values]
         if k.startswith("solver.") and not program.continuous:
             values = [None] * len(values)  # optimizers use no ODE solver
         cols[k] = np.repeat(values, T)
@@ -328,7 +381,7 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
     if not program.schedule.constant:
         clock = unit_clock(program.ts, program.schedule, not program.continuous)
         cols["lr_clock"] = np.repeat([r["dynamics.eta"] for r in rows], T) * np.tile(clock, n)
-    for name in OBSERVABLES:
+    for name in program.observable_names:
         cols[name] = out[name].reshape(-1).astype(np.float64)
     sv = out["sv"].reshape(n * T, -1)
     for j in range(sv.shape[1]):

@@ -18,6 +18,7 @@ import pandas as pd
 
 from . import config as config_lib
 from . import engine, store, vocabulary
+from .depth import inner_widths
 from .engine import Chunk, Summary, enable_compilation_cache
 from .observables import OBSERVABLES, num_singular_values
 from .problems import check_custom_loss
@@ -40,14 +41,16 @@ MAX_CHUNK = 1024
 
 def _per_run_bytes(point: Mapping[str, Any]) -> int:
     """A generous estimate of one run's memory in the batched program."""
-    p, r = point["problem"], point["model"]["r"]
+    p, widths = point["problem"], inner_widths(point["model"])
     kind = p["kind"]
     m, n = (len(p["singular_values"]),) * 2 if kind == "diagonal" else (p["m"], p["n"])
+    dims = (n, *widths, m)
     N = p["samples"]
     data = {"sensing": N * m * n, "completion": 3 * N, "regression": (m + n) * N}.get(kind, m * n)
     saves = len(vocabulary.save_times(point))
-    saved = saves * (len(OBSERVABLES) + num_singular_values(m, n, r) + 2)
-    state = (m + n) * r
+    columns = len(OBSERVABLES) + len(widths) - 1  # depth L: L − 1 balance gaps, at most
+    saved = saves * (columns + num_singular_values(m, n, min(widths)) + 2)
+    state = sum(a * b for a, b in zip(dims, dims[1:]))  # (m + n)·r at depth 2
     # Solvers keep several stages of the state (Tsit5: 7, plus momentum), and the
     # observables' SVD a few m×n work arrays.
     return 8 * (data + saved + 24 * state + 4 * m * n)

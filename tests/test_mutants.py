@@ -246,12 +246,14 @@ def test_mutant_attention_rank():
 
 def test_every_claim_that_can_pass_has_a_mutant():
     import test_compare_sme
+    import test_mutants_depth
     import test_mutants_discrete
     import test_mutants_noise
     import test_pretrained_verdict
 
     covered = (
         set(MUTANT_CLAIMS)
+        | set(test_mutants_depth.MUTANT_CLAIMS)
         | set(test_mutants_discrete.MUTANT_CLAIMS)
         | set(test_mutants_noise.MUTANT_CLAIMS)
         | set(test_compare_sme.MUTANT_CLAIMS)

@@ -85,6 +85,11 @@ def _resolve(
             f"dynamics.kind: compare needs a discrete optimizer with a flow counterpart, "
             f"one of {', '.join(vocabulary.FLOW_OF)}; got {kind!r}"
         )
+    if cfg["model"]["depth"] != 2:
+        raise ConfigError(
+            f"model.depth: compare measures W = ABᵀ's balance (depth 2), got "
+            f"{cfg['model']['depth']}; run deeper products with rankflow run"
+        )
     if cfg["sweep"]:
         raise ConfigError(
             f"sweep: compare runs one point, not a sweep (over {', '.join(cfg['sweep'])}); "

@@ -31,6 +31,7 @@ from .compare import compare_trajectory_figure as compare_trajectory_figure
 from .compare import write_compare_figures as write_compare_figures
 from .core import balance_figure as balance_figure
 from .core import quick_plot as quick_plot
+from .depth import depth_figure as depth_figure
 from .inspect import inspect_layers_figure as inspect_layers_figure
 from .inspect import inspect_scatter_figure as inspect_scatter_figure
 from .inspect import inspection_figures as inspection_figures

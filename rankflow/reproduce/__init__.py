@@ -41,6 +41,7 @@ EXPERIMENTS = {
     "noise": "noise",
     "attention": "attention",
     "rebuttal": "rebuttal",
+    "depth": "depth",
     "pretrained": "pretrained",
 }
 
