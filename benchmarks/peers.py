@@ -19,7 +19,9 @@ every method (drawn by ``rankflow.problems``) and the same horizon:
   bits) and ``torchsde`` (``sdeint``, Euler, its default Brownian interval).
 - ``adaptive``: gradient flow with error control, rtol = 1e-6, atol = 1e-8. rankflow
   (Tsit5) through ``Program.run``, which chooses its batching strategy by measurement
-  (``rankflow.batching``), in float32 and float64, and with ``vmap`` forced; a
+  (``rankflow.batching``), in float32 and float64, with the default (integral-only)
+  step-size controller and with the PI controller ``ADAPTIVE_PI`` (``solver.pcoeff``,
+  ``solver.icoeff``; chosen by ``benchmarks.controller``), and with ``vmap`` forced; a
   stacked-system prototype (one controller for all runs); ``scipy.integrate.solve_ivp``
   (RK45, float64, one configuration after another); ``torchdiffeq`` (dopri5, float64,
   the stacked batch with a per-configuration max norm so that every configuration meets
@@ -42,10 +44,20 @@ Timing: every callable is called once (``compile`` = that call minus the median 
 then ``--repeats`` times with all methods of a section interleaved, in alternating order,
 so that load changes on the shared machine hit all of them; ``run`` is the median. Each
 section runs in its own worker process under ``benchmarks.fixed_step``'s stall watchdog
-(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder). PyTorch runs on one thread
-by default (``--torch-threads``): on a shared 2-core machine its two-thread pool was
-measured up to 20× slower than one thread (torchsde: 89 s against 16–26 s), and its
-spinning threads steal CPU from the calls timed after it.
+(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder).
+
+Thread counts (``benchmarks.peers_threads``): every PyTorch peer is timed at 1 thread and
+at the number of CPUs (``--torch-threads``), and scipy's ``solve_ivp`` and the NumPy loop
+at 1 and all BLAS threads (``--blas-threads``, with threadpoolctl), each count a row of
+its own in the same interleaved race; the targets compare rankflow with the fastest. On a
+shared 2-core machine the two-thread pools spin and can run many times slower than one
+thread when the other core is busy (torchsde: 89 s against 16–26 s), and can be the
+faster on a quiet one: both are measured in the run whose tables they are in.
+
+``--sections`` reruns some sections: their tables and target rows replace those of
+BENCHMARKS.md's generated block and the others stay, marked with the date and load of
+the run they are from (``benchmarks.peers_markdown``); the figure is redrawn only by a
+run of every section (or with ``--keep``).
 """
 
 from __future__ import annotations
@@ -617,6 +629,9 @@ def torchsde_solve(A0, B0, lam, eta, sigma, S, T):
 
 
 ADAPTIVE_RTOL, ADAPTIVE_ATOL = 1e-6, 1e-8
+# The PI step-size controller measured fastest by benchmarks.controller on this problem
+# (solver.pcoeff, solver.icoeff); the default stays diffrax's integral-only controller.
+ADAPTIVE_PI = {"pcoeff": 0.3, "icoeff": 0.3}
 
 
 def section_adaptive(args, dog) -> dict:
@@ -637,6 +652,11 @@ def section_adaptive(args, dog) -> dict:
     A0, B0 = initial_factors(p32, params)
     threads = torch_counts(args.torch_threads)
     prog32, prog64 = program_for(p32), program_for(p64)
+    pi_solver = solver | ADAPTIVE_PI
+    pi32 = point_for(args, "gradient_flow", solver=pi_solver)
+    pi64 = point_for(args, "gradient_flow", x64=True, solver=pi_solver)
+    progpi32, progpi64 = program_for(pi32), program_for(pi64)
+    pi = ", ".join(f"solver.{k} = {v:g}" for k, v in ADAPTIVE_PI.items())
     # Program.run measures the batching of an adaptive structure on its first batch
     # (rankflow.batching, cached per structure): the probe is timed here, apart.
     t = time.perf_counter()
@@ -660,6 +680,8 @@ def section_adaptive(args, dog) -> dict:
         "r32": f"rankflow Tsit5 float32 (Program.run: {strat32}, measured)",
         "r32v": "rankflow Tsit5 float32, vmap forced",
         "r64": f"rankflow Tsit5 float64 (Program.run: {strat64}, measured)",
+        "p32": f"rankflow Tsit5 float32, PI controller ({pi})",
+        "p64": f"rankflow Tsit5 float64, PI controller ({pi})",
         "stk": "diffrax Tsit5 float32, one stacked system",
         "sci": "scipy solve_ivp RK45 float64, one by one",
         "tdq": "torchdiffeq dopri5 float64, stacked batch",
@@ -668,6 +690,8 @@ def section_adaptive(args, dog) -> dict:
         names["r32"]: lambda: prog32.run(params),
         names["r32v"]: govmap,
         names["r64"]: lambda: prog64.run(params),
+        names["p32"]: lambda: progpi32.run(params),
+        names["p64"]: lambda: progpi64.run(params),
         names["stk"]: lambda: jax.tree.map(np.asarray, stacked(*f32)),
     }
     peer_of = add_peer(
@@ -704,6 +728,8 @@ def section_adaptive(args, dog) -> dict:
         names["r32"]: final_factors(s32.run(params)),
         names["r32v"]: final_factors(rankflow_batched_runner(s32, params, "vmap")[0]()),
         names["r64"]: final_factors(s64.run(params)),
+        names["p32"]: final_factors(program_for(pi32, save="states").run(params)),
+        names["p64"]: final_factors(program_for(pi64, save="states").run(params)),
         names["stk"]: outs[names["stk"]],
     } | {n: outs[n][:2] for n in peer_of}
     rows = [row(n, times[n], factor_error(*finals[n], ref), peer=peer_of.get(n)) for n in fns]
@@ -1039,15 +1065,16 @@ def judge(results) -> list[dict]:
     add("SDE: speed-up over torchsde", _find(sd, RK), _best(sd, "torchsde"), 4.0, "speedup")
     ad = results.get("adaptive", {})
     sci, tdq = _best(ad, "scipy"), _best(ad, "torchdiffeq")
-    for dtype in ("float32", "float64"):
-        mine = _find(ad, f"rankflow Tsit5 {dtype}")
+    for who in ("float32 (", "float64 (", "float64, PI"):
+        mine = _find(ad, f"rankflow Tsit5 {who}")
+        who = who.rstrip(" (")
         for peer, what, target in ((sci, "solve_ivp RK45", 2.0), (tdq, "torchdiffeq dopri5", 3.0)):
             if mine is None or peer is None:
                 continue
             # Matched error: within 10× of the peer's at the same rtol and atol.
             acc = mine["error"] <= 10 * peer["error"]
             note = f"error {mine['error']:.1e} vs {peer['error']:.1e}"
-            add(f"adaptive {dtype}: speed-up over {what}", mine, peer, target, "speedup", acc, note)
+            add(f"adaptive {who}: speed-up over {what}", mine, peer, target, "speedup", acc, note)
     rf = results.get("roofline", {})
     big = [r for r in rf.get("rows", []) if r["dim"] == 512]
     if big:
