@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import diffrax
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -154,3 +155,23 @@ def test_a_sweep_over_a_coefficient_is_validated_per_value():
     cfg["sweep"] = {"solver.pcoeff": [0.0, 0.3, -0.2]}
     with pytest.raises(rankflow.ConfigError, match="solver.pcoeff: must be ≥ 0"):
         C.expand(C.resolve(cfg))
+
+
+def test_the_attention_flow_takes_the_same_coefficients(spy):
+    """``[solver]`` of an attention config has the same fields, checked alike, and its
+    gradient flow (``rankflow.attention.flow.integrate``) hands them to the controller."""
+    from rankflow.attention import config as AC
+    from rankflow.attention.flow import integrate
+
+    assert {k: AC.DEFAULTS["solver"][k] for k in PID_DEFAULTS} == PID_DEFAULTS
+    with pytest.raises(rankflow.ConfigError, match=r"^solver\.icoeff: must be > 0"):
+        AC.resolve({"solver": {"icoeff": 0.0}})
+    loss = lambda params, batch: 0.5 * jnp.sum(params["w"] ** 2)  # noqa: E731
+    pid = {"pcoeff": 0.2, "icoeff": 0.4, "dcoeff": 0.0}
+    out = integrate(
+        loss, {"w": jnp.zeros(())}, 1.0, {"w": jnp.ones(3)}, {}, np.arange(3.0),
+        lambda params: params["w"][0], controller=pid,
+    )  # fmt: skip
+    assert np.allclose(out.ys, np.exp(-np.arange(3.0)), rtol=1e-5)
+    (seen,) = {(c.pcoeff, c.icoeff, c.dcoeff) for c in spy["controllers"]}
+    assert seen == (0.2, 0.4, 0.0)
