@@ -75,9 +75,9 @@ def test_the_coefficients_reach_the_controller(spy):
 @pytest.mark.slow
 def test_a_pi_controller_takes_other_steps_and_keeps_the_tolerance(spy):
     """Against a float64 Dopri8 solve at rtol 1e-12: both the integral-only and a PI
-    controller (0.3, 0.3) land within 1e-5 (relative, loss and singular values) at
-    rtol 1e-6, with different step counts; a loose tolerance (rtol 1e-3) does not (the
-    bound can fail)."""
+    controller (0.3, 0.3) land within 1e-5 (each column relative to its scale: loss,
+    singular values, balance; measured 2.4e-6 and 3.2e-6) at rtol 1e-6, with different
+    step counts; a loose tolerance (rtol 1e-3: 2.6e-3) does not (the bound can fail)."""
     columns = ["loss", "sv_1", "sv_2", "sv_3", "balance_trace"]
 
     def solve(**solver):
@@ -88,8 +88,8 @@ def test_a_pi_controller_takes_other_steps_and_keeps_the_tolerance(spy):
 
     ref, _ = solve(method="dopri8", rtol=1e-12, atol=1e-14)
 
-    def error(values):
-        return float(np.max(np.abs(values - ref) / np.maximum(np.abs(ref), 1e-3)))
+    def error(values):  # each column relative to its largest value over the table
+        return float(np.max(np.abs(values - ref) / np.abs(ref).max(axis=0)))
 
     plain, plain_steps = solve()
     pi, pi_steps = solve(pcoeff=0.3, icoeff=0.3)
