@@ -665,6 +665,9 @@ def section_adaptive(args, dog) -> dict:
     _, strat32, choice32 = rankflow_batched_runner(prog32, params)
     _, strat64, choice64 = rankflow_batched_runner(prog64, params)
     probe_s = time.perf_counter() - t
+    # The PI programs are structures of their own: Program.run measures their batching too.
+    _, pstrat32, pchoice32 = rankflow_batched_runner(progpi32, params)
+    _, pstrat64, pchoice64 = rankflow_batched_runner(progpi64, params)
     govmap, _, _ = rankflow_batched_runner(prog32, params, strategy="vmap")
 
     # The stacked-system strategy, prototyped on the bare field (float32).
@@ -682,8 +685,8 @@ def section_adaptive(args, dog) -> dict:
         "r32": f"rankflow Tsit5 float32 (Program.run: {strat32}, measured)",
         "r32v": "rankflow Tsit5 float32, vmap forced",
         "r64": f"rankflow Tsit5 float64 (Program.run: {strat64}, measured)",
-        "p32": f"rankflow Tsit5 float32, PI controller ({pi})",
-        "p64": f"rankflow Tsit5 float64, PI controller ({pi})",
+        "p32": f"rankflow Tsit5 float32, PI controller ({pi}; Program.run: {pstrat32})",
+        "p64": f"rankflow Tsit5 float64, PI controller ({pi}; Program.run: {pstrat64})",
         "stk": "diffrax Tsit5 float32, one stacked system",
         "sci": "scipy solve_ivp RK45 float64, one by one",
         "tdq": "torchdiffeq dopri5 float64, stacked batch",
@@ -747,6 +750,10 @@ def section_adaptive(args, dog) -> dict:
         "probe_s": probe_s,
         "choice_float32": {"strategy": strat32, "seconds_per_run": dict(choice32.seconds_per_run)},
         "choice_float64": {"strategy": strat64, "seconds_per_run": dict(choice64.seconds_per_run)},
+        "choice_pi": {
+            dtype: {"strategy": c.strategy, "seconds_per_run": dict(c.seconds_per_run)}
+            for dtype, c in (("float32", pchoice32), ("float64", pchoice64))
+        },
         "scipy_nfev": outs[sci[0]][2],
         "blas_threads": args.blas_counts,
         "torch_threads": threads,
@@ -1200,6 +1207,10 @@ def tables(results, info, verdicts, args) -> str:
             f"rankflow's strategy, measured on a probe of 8 configurations ({ad['probe_s']:.1f} s "
             f"for both dtypes, compilations included): float32 → **{c32['strategy']}** "
             f"(per run: {per(c32)}); float64 → **{c64['strategy']}** ({per(c64)})."
+            + "".join(
+                f" PI controller, {dtype}: **{c['strategy']}** ({per(c)})."
+                for dtype, c in ad.get("choice_pi", {}).items()
+            )
         )
         L.append("")
         L.append("| method | compile s | run s | × rankflow | error vs float64 reference |")
