@@ -19,7 +19,9 @@ every method (drawn by ``rankflow.problems``) and the same horizon:
   bits) and ``torchsde`` (``sdeint``, Euler, its default Brownian interval).
 - ``adaptive``: gradient flow with error control, rtol = 1e-6, atol = 1e-8. rankflow
   (Tsit5) through ``Program.run``, which chooses its batching strategy by measurement
-  (``rankflow.batching``), in float32 and float64, and with ``vmap`` forced; a
+  (``rankflow.batching``), in float32 and float64, with the default (integral-only)
+  step-size controller and with the PI controller ``ADAPTIVE_PI`` (``solver.pcoeff``,
+  ``solver.icoeff``; chosen by ``benchmarks.controller``), and with ``vmap`` forced; a
   stacked-system prototype (one controller for all runs); ``scipy.integrate.solve_ivp``
   (RK45, float64, one configuration after another); ``torchdiffeq`` (dopri5, float64,
   the stacked batch with a per-configuration max norm so that every configuration meets
@@ -42,10 +44,20 @@ Timing: every callable is called once (``compile`` = that call minus the median 
 then ``--repeats`` times with all methods of a section interleaved, in alternating order,
 so that load changes on the shared machine hit all of them; ``run`` is the median. Each
 section runs in its own worker process under ``benchmarks.fixed_step``'s stall watchdog
-(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder). PyTorch runs on one thread
-by default (``--torch-threads``): on a shared 2-core machine its two-thread pool was
-measured up to 20× slower than one thread (torchsde: 89 s against 16–26 s), and its
-spinning threads steal CPU from the calls timed after it.
+(jaxlib 0.10's CPU LAPACK deadlock, see README.md in this folder).
+
+Thread counts (``benchmarks.peers_threads``): every PyTorch peer is timed at 1 thread and
+at the number of CPUs (``--torch-threads``), and scipy's ``solve_ivp`` and the NumPy loop
+at 1 and all BLAS threads (``--blas-threads``, with threadpoolctl), each count a row of
+its own in the same interleaved race; the targets compare rankflow with the fastest. On a
+shared 2-core machine the two-thread pools spin and can run many times slower than one
+thread when the other core is busy (torchsde: 89 s against 16–26 s), and can be the
+faster on a quiet one: both are measured in the run whose tables they are in.
+
+``--sections`` reruns some sections: their tables and target rows replace those of
+BENCHMARKS.md's generated block and the others stay, marked with the date and load of
+the run they are from (``benchmarks.peers_markdown``); the figure is redrawn only by a
+run of every section (or with ``--keep``).
 """
 
 from __future__ import annotations
@@ -65,6 +77,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import fixed_step as fs
+from benchmarks import peers_markdown
+from benchmarks import peers_threads as peer_threads
 
 SECTIONS = ("fixed", "sde", "adaptive", "sweep", "roofline")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,10 +110,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sigma", type=float, default=0.01, help="SDE noise σ")
     ap.add_argument(
         "--torch-threads",
-        default="1",
-        help="PyTorch threads: a number, or 'auto' (a probe picks 1 or all CPUs); default 1: "
-        "on a shared 2-core machine a 2-thread pool spins, runs up to 20× slower when the "
-        "other core is busy and steals CPU from the calls timed next",
+        default="each",
+        help="PyTorch threads: 'each' (default: 1 and the number of CPUs, each timed as a "
+        "row of its own; the targets use the faster), a comma list such as '1' or '1,2', "
+        "or 'auto' (a probe picks 1 or all CPUs, one row)",
+    )
+    ap.add_argument(
+        "--blas-threads",
+        default="each",
+        help="BLAS threads of scipy's solve_ivp and the NumPy loop (threadpoolctl): 'each' "
+        "(default: 1 and the number of CPUs, each a row) or a comma list",
     )
     ap.add_argument("--json", default=None, help="also write every number as JSON here")
     ap.add_argument(
@@ -118,6 +138,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.paths = args.paths or (8 if q else 64)
     args.repeats = args.repeats or (3 if q else 5)
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    try:
+        args.blas_counts = peer_threads.counts(args.blas_threads)
+        if args.torch_threads != "auto":
+            peer_threads.counts(args.torch_threads)
+    except ValueError as e:
+        ap.error(str(e))
     for s in args.sections:
         if s not in SECTIONS:
             ap.error(f"--sections: unknown {s!r}")
@@ -207,6 +233,22 @@ def race(dog, fns: dict[str, Callable[[], Any]], repeats: int):
             "cpu_s": statistics.median(cpus[n]),
         }
     return outs, times
+
+
+def torch_counts(choice: str) -> tuple[int, ...]:
+    """The PyTorch thread counts to time each PyTorch peer at (``--torch-threads``)."""
+    if choice == "auto":
+        return (torch_threads("auto"),)
+    return peer_threads.counts(choice)
+
+
+def add_peer(fns: dict, name: str, fn: Callable, counts: tuple[int, ...], kind: str) -> dict:
+    """Add ``fn`` to ``fns`` once per thread count (``kind``: ``"torch"`` or ``"blas"``);
+    returns ``{row name: name}`` of the rows added."""
+    make = peer_threads.torch_variants if kind == "torch" else peer_threads.blas_variants
+    variants = make(name, fn, counts)
+    fns.update(variants)
+    return dict.fromkeys(variants, name)
 
 
 def torch_threads(choice: str = "auto") -> int:
@@ -421,26 +463,34 @@ def section_fixed(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S, T, d = target_of(args.dim), float(args.steps), args.dim
     A0, B0 = initial_factors(point, params)
-    threads = torch_threads(args.torch_threads)
+    threads = torch_counts(args.torch_threads)
     program = program_for(point)
     scan = fs.reference_program(point, "gd", None)
     fns = {
         "rankflow (Euler, dt = 1)": lambda: program.run(params),
         "JAX lax.scan, hand-written": lambda: scan(params),
-        "torchdiffeq (Euler, dt = 1)": lambda: torchdiffeq_solve(
+    }
+    peer_of = add_peer(
+        fns,
+        "torchdiffeq (Euler, dt = 1)",
+        lambda: torchdiffeq_solve(
             A0, B0, lam, eta, S, T, "euler", _torch_dtype("float32"), options={"step_size": 1.0}
         ),
-        "NumPy loop": lambda: numpy_euler(A0, B0, lam, eta, S, args.steps, np.float32),
-    }
+        threads,
+        "torch",
+    )
+    peer_of |= add_peer(
+        fns,
+        "NumPy loop",
+        lambda: numpy_euler(A0, B0, lam, eta, S, args.steps, np.float32),
+        args.blas_counts,
+        "blas",
+    )
     outs, times = race(dog, fns, args.repeats)
     flow_ref = flow_reference(A0, B0, lam, eta, S, T)
     euler_ref = numpy_euler(A0, B0, lam, eta, S, args.steps, np.float64)
     rf_states = final_factors(program_for(point, save="states").run(params))
-    finals = {
-        "rankflow (Euler, dt = 1)": rf_states,
-        "torchdiffeq (Euler, dt = 1)": outs["torchdiffeq (Euler, dt = 1)"],
-        "NumPy loop": outs["NumPy loop"],
-    }
+    finals = {"rankflow (Euler, dt = 1)": rf_states} | {n: outs[n] for n in peer_of}
     rows = []
     for name in fns:
         err = err_e = None
@@ -452,7 +502,9 @@ def section_fixed(args, dog) -> dict:
             extra["obs_diff_vs_rankflow"] = fs.scaled_diff(
                 outs[name], outs["rankflow (Euler, dt = 1)"]
             )
+        extra["peer"] = peer_of.get(name)
         rows.append(row(name, times[name], err, error_vs_euler64=err_e, **extra))
+    peer_threads.mark_best(rows)
     del jax
     return {
         "rows": rows,
@@ -460,6 +512,7 @@ def section_fixed(args, dog) -> dict:
         "steps": args.steps,
         "dim": d,
         "torch_threads": threads,
+        "blas_threads": args.blas_counts,
     }
 
 
@@ -487,14 +540,20 @@ def section_sde(args, dog) -> dict:
     params["dynamics.eta"][:] = eta
     S, T, d = target_of(args.dim), float(args.steps), args.dim
     A0, B0 = initial_factors(point, params)
-    threads = torch_threads(args.torch_threads)
+    threads = torch_counts(args.torch_threads)
     program = program_for(point)
     scan = fs.reference_program(point, "noisy", "diffrax")
     fns = {
         "rankflow (Euler–Maruyama, dt = 1)": lambda: program.run(params),
         "JAX lax.scan, hand-written": lambda: scan(params),
-        "torchsde (Euler, dt = 1)": lambda: torchsde_solve(A0, B0, lam, eta, sigma, S, T),
     }
+    peer_of = add_peer(
+        fns,
+        "torchsde (Euler, dt = 1)",
+        lambda: torchsde_solve(A0, B0, lam, eta, sigma, S, T),
+        threads,
+        "torch",
+    )
     outs, times = race(dog, fns, args.repeats)
     # Reference E[L(T)]: float64, 4× the paths, rankflow's x64 program (untimed).
     ref_point = point_for(args, "stochastic_flow", x64=True)
@@ -515,12 +574,13 @@ def section_sde(args, dog) -> dict:
             loss = 0.5 * np.sum((A @ B.transpose(0, 2, 1) - S) ** 2, axis=(1, 2))
         mean, se = float(loss.mean()), float(loss.std(ddof=1) / math.sqrt(len(loss)))
         z = abs(mean - ref_mean) / math.hypot(se, ref_se)
-        extra = {"mean_loss": mean, "se_loss": se, "z_vs_ref": z}
+        extra = {"mean_loss": mean, "se_loss": se, "z_vs_ref": z, "peer": peer_of.get(name)}
         if name.startswith("JAX"):
             extra["obs_diff_vs_rankflow"] = fs.scaled_diff(
                 o, outs["rankflow (Euler–Maruyama, dt = 1)"]
             )
         rows.append(row(name, times[name], abs(mean - ref_mean) / ref_mean, **extra))
+    peer_threads.mark_best(rows)
     del jax
     return {
         "rows": rows,
@@ -569,6 +629,11 @@ def torchsde_solve(A0, B0, lam, eta, sigma, S, T):
 
 
 ADAPTIVE_RTOL, ADAPTIVE_ATOL = 1e-6, 1e-8
+# A PI step-size controller (solver.pcoeff, solver.icoeff): of the settings of
+# benchmarks.controller, the one with the fewest steps (accepted + rejected) in float64 on
+# this problem, and half the error of the default integral-only controller at the same
+# rtol; the default stays integral-only (it keeps the tables of existing configs).
+ADAPTIVE_PI = {"pcoeff": 0.2, "icoeff": 0.4}
 
 
 def section_adaptive(args, dog) -> dict:
@@ -587,14 +652,22 @@ def section_adaptive(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S, T = target_of(args.dim), float(args.steps)
     A0, B0 = initial_factors(p32, params)
-    threads = torch_threads(args.torch_threads)
+    threads = torch_counts(args.torch_threads)
     prog32, prog64 = program_for(p32), program_for(p64)
+    pi_solver = solver | ADAPTIVE_PI
+    pi32 = point_for(args, "gradient_flow", solver=pi_solver)
+    pi64 = point_for(args, "gradient_flow", x64=True, solver=pi_solver)
+    progpi32, progpi64 = program_for(pi32), program_for(pi64)
+    pi = ", ".join(f"solver.{k} = {v:g}" for k, v in ADAPTIVE_PI.items())
     # Program.run measures the batching of an adaptive structure on its first batch
     # (rankflow.batching, cached per structure): the probe is timed here, apart.
     t = time.perf_counter()
     _, strat32, choice32 = rankflow_batched_runner(prog32, params)
     _, strat64, choice64 = rankflow_batched_runner(prog64, params)
     probe_s = time.perf_counter() - t
+    # The PI programs are structures of their own: Program.run measures their batching too.
+    _, pstrat32, pchoice32 = rankflow_batched_runner(progpi32, params)
+    _, pstrat64, pchoice64 = rankflow_batched_runner(progpi64, params)
     govmap, _, _ = rankflow_batched_runner(prog32, params, strategy="vmap")
 
     # The stacked-system strategy, prototyped on the bare field (float32).
@@ -612,6 +685,8 @@ def section_adaptive(args, dog) -> dict:
         "r32": f"rankflow Tsit5 float32 (Program.run: {strat32}, measured)",
         "r32v": "rankflow Tsit5 float32, vmap forced",
         "r64": f"rankflow Tsit5 float64 (Program.run: {strat64}, measured)",
+        "p32": f"rankflow Tsit5 float32, PI controller ({pi}; Program.run: {pstrat32})",
+        "p64": f"rankflow Tsit5 float64, PI controller ({pi}; Program.run: {pstrat64})",
         "stk": "diffrax Tsit5 float32, one stacked system",
         "sci": "scipy solve_ivp RK45 float64, one by one",
         "tdq": "torchdiffeq dopri5 float64, stacked batch",
@@ -620,9 +695,21 @@ def section_adaptive(args, dog) -> dict:
         names["r32"]: lambda: prog32.run(params),
         names["r32v"]: govmap,
         names["r64"]: lambda: prog64.run(params),
+        names["p32"]: lambda: progpi32.run(params),
+        names["p64"]: lambda: progpi64.run(params),
         names["stk"]: lambda: jax.tree.map(np.asarray, stacked(*f32)),
-        names["sci"]: lambda: scipy_solve(A0, B0, lam, eta, S, T, rtol, atol),
-        names["tdq"]: lambda: torchdiffeq_solve(
+    }
+    peer_of = add_peer(
+        fns,
+        names["sci"],
+        lambda: scipy_solve(A0, B0, lam, eta, S, T, rtol, atol),
+        args.blas_counts,
+        "blas",
+    )
+    peer_of |= add_peer(
+        fns,
+        names["tdq"],
+        lambda: torchdiffeq_solve(
             A0,
             B0,
             lam,
@@ -635,7 +722,9 @@ def section_adaptive(args, dog) -> dict:
             atol=atol,
             options={"norm": torch_member_max_norm},
         ),
-    }
+        threads,
+        "torch",
+    )
     outs, times = race(dog, fns, args.repeats)
     ref = flow_reference(A0, B0, lam, eta, S, T)
     s32 = program_for(p32, save="states")
@@ -644,11 +733,13 @@ def section_adaptive(args, dog) -> dict:
         names["r32"]: final_factors(s32.run(params)),
         names["r32v"]: final_factors(rankflow_batched_runner(s32, params, "vmap")[0]()),
         names["r64"]: final_factors(s64.run(params)),
+        names["p32"]: final_factors(program_for(pi32, save="states").run(params)),
+        names["p64"]: final_factors(program_for(pi64, save="states").run(params)),
         names["stk"]: outs[names["stk"]],
-        names["sci"]: outs[names["sci"]][:2],
-        names["tdq"]: outs[names["tdq"]],
-    }
-    rows = [row(n, times[n], factor_error(*finals[n], ref)) for n in fns]
+    } | {n: outs[n][:2] for n in peer_of}
+    rows = [row(n, times[n], factor_error(*finals[n], ref), peer=peer_of.get(n)) for n in fns]
+    peer_threads.mark_best(rows)
+    sci = [n for n in peer_of if peer_of[n] == names["sci"]]
     return {
         "rows": rows,
         "configs": args.configs,
@@ -659,7 +750,12 @@ def section_adaptive(args, dog) -> dict:
         "probe_s": probe_s,
         "choice_float32": {"strategy": strat32, "seconds_per_run": dict(choice32.seconds_per_run)},
         "choice_float64": {"strategy": strat64, "seconds_per_run": dict(choice64.seconds_per_run)},
-        "scipy_nfev": outs[names["sci"]][2],
+        "choice_pi": {
+            dtype: {"strategy": c.strategy, "seconds_per_run": dict(c.seconds_per_run)}
+            for dtype, c in (("float32", pchoice32), ("float64", pchoice64))
+        },
+        "scipy_nfev": outs[sci[0]][2],
+        "blas_threads": args.blas_counts,
         "torch_threads": threads,
         "names": names,
     }
@@ -690,14 +786,18 @@ def section_sweep(args, dog) -> dict:
     lam, eta = params["dynamics.lam"], params["dynamics.eta"]
     S = target_of(d)
     A0, B0 = initial_factors(points[0], params)
-    threads = torch_threads(args.torch_threads)
+    threads = torch_counts(args.torch_threads)
     program = program_for(points[0])
     scan = fs.reference_program(points[0], "gd", None)
     fns = {
         "rankflow.run(grid) (table included)": lambda: rankflow.run(cfg),
         "rankflow program (no table)": lambda: program.run(params),
         "JAX lax.scan, hand-written": lambda: scan(params),
-        "torchdiffeq (Euler, batched grid)": lambda: torchdiffeq_solve(
+    }
+    peer_of = add_peer(
+        fns,
+        "torchdiffeq (Euler, batched grid)",
+        lambda: torchdiffeq_solve(
             A0,
             B0,
             lam,
@@ -708,12 +808,23 @@ def section_sweep(args, dog) -> dict:
             _torch_dtype("float32"),
             options={"step_size": 1.0},
         ),
-        "NumPy loop (batched grid)": lambda: numpy_euler(A0, B0, lam, eta, S, steps, np.float32),
-    }
+        threads,
+        "torch",
+    )
+    peer_of |= add_peer(
+        fns,
+        "NumPy loop (batched grid)",
+        lambda: numpy_euler(A0, B0, lam, eta, S, steps, np.float32),
+        args.blas_counts,
+        "blas",
+    )
     outs, times = race(dog, fns, max(3, args.repeats - 2))
     df = outs["rankflow.run(grid) (table included)"]
     assert len(df) == 2 * n and (df["status"] == "ok").all()
-    rows = [row(k, v, None, configs_per_s=n / v["run_s"]) for k, v in times.items()]
+    rows = [
+        row(k, v, None, configs_per_s=n / v["run_s"], peer=peer_of.get(k)) for k, v in times.items()
+    ]
+    peer_threads.mark_best(rows)
     return {
         "rows": rows,
         "configs": n,
@@ -721,6 +832,7 @@ def section_sweep(args, dog) -> dict:
         "steps": steps,
         "dim": d,
         "torch_threads": threads,
+        "blas_threads": args.blas_counts,
     }
 
 
@@ -886,11 +998,17 @@ def main(argv: list[str] | None = None) -> int:
                 default=float,
             )
     if not args.quick and not args.no_write:
-        write_markdown(text)
-        from benchmarks.peers_plot import plot
+        write_markdown(text, args.sections if not args.keep else list(SECTIONS))
+        if set(results) >= set(SECTIONS):
+            from benchmarks.peers_plot import plot
 
-        plot(results, info, FIGURE)
-        print(f"wrote {os.path.relpath(MD, ROOT)} and {os.path.relpath(FIGURE, ROOT)}")
+            plot(results, info, FIGURE)
+            print(f"wrote {os.path.relpath(MD, ROOT)} and {os.path.relpath(FIGURE, ROOT)}")
+        else:
+            print(
+                f"wrote the {', '.join(args.sections)} tables of {os.path.relpath(MD, ROOT)} "
+                f"(the figure needs every section: rerun them all, or pass --keep)"
+            )
     return 0
 
 
@@ -902,6 +1020,30 @@ def _find(res, prefix):
         if r["method"].startswith(prefix):
             return r
     return None
+
+
+def _best(res, prefix):
+    """The fastest row whose method starts with ``prefix`` (a peer at its best thread
+    count)."""
+    rows = [r for r in res.get("rows", []) if r["method"].startswith(prefix)]
+    return min(rows, key=lambda r: r["run_s"]) if rows else None
+
+
+def _name(r) -> str:
+    """A row's method, marked where it is the fastest of its thread counts."""
+    return r["method"] + (" (fastest)" if r.get("best") else "")
+
+
+def _threads(x) -> str:
+    return ", ".join(str(k) for k in x) if isinstance(x, (list, tuple)) else str(x)
+
+
+def _counts_note(res) -> str:
+    """The thread counts of a section's peers, for its heading."""
+    out = f"PyTorch threads: {_threads(res['torch_threads'])}"
+    if res.get("blas_threads"):
+        out += f"; BLAS threads: {_threads(res['blas_threads'])}"
+    return out
 
 
 def judge(results) -> list[dict]:
@@ -925,19 +1067,23 @@ def judge(results) -> list[dict]:
         )
 
     fx = results.get("fixed", {})
-    rk, sc, td = _find(fx, RK), _find(fx, "JAX"), _find(fx, "torchdiffeq")
+    rk, sc, td = _find(fx, RK), _find(fx, "JAX"), _best(fx, "torchdiffeq")
     add("fixed step: rankflow / hand-written scan", rk, sc, 1.10, "ratio")
     add("fixed step: speed-up over torchdiffeq", rk, td, 1.0, "speedup", note="must be > 1")
     sd = results.get("sde", {})
-    add("SDE: speed-up over torchsde", _find(sd, RK), _find(sd, "torchsde"), 4.0, "speedup")
+    add("SDE: speed-up over torchsde", _find(sd, RK), _best(sd, "torchsde"), 4.0, "speedup")
     ad = results.get("adaptive", {})
-    best = _find(ad, "rankflow Tsit5 float32")
-    if best is not None:
-        sci, tdq = _find(ad, "scipy"), _find(ad, "torchdiffeq")
-        worst_peer_err = max(r["error"] for r in (sci, tdq) if r)
-        acc = best["error"] <= 10 * worst_peer_err
-        add("adaptive: speed-up over solve_ivp", best, sci, 2.0, "speedup", acc)
-        add("adaptive: speed-up over torchdiffeq", best, tdq, 3.0, "speedup", acc)
+    sci, tdq = _best(ad, "scipy"), _best(ad, "torchdiffeq")
+    for who in ("float32 (", "float64 (", "float64, PI"):
+        mine = _find(ad, f"rankflow Tsit5 {who}")
+        who = who.rstrip(" (")
+        for peer, what, target in ((sci, "solve_ivp RK45", 2.0), (tdq, "torchdiffeq dopri5", 3.0)):
+            if mine is None or peer is None:
+                continue
+            # Matched error: within 10× of the peer's at the same rtol and atol.
+            acc = mine["error"] <= 10 * peer["error"]
+            note = f"error {mine['error']:.1e} vs {peer['error']:.1e}"
+            add(f"adaptive {who}: speed-up over {what}", mine, peer, target, "speedup", acc, note)
     rf = results.get("roofline", {})
     big = [r for r in rf.get("rows", []) if r["dim"] == 512]
     if big:
@@ -999,7 +1145,7 @@ def tables(results, info, verdicts, args) -> str:
         L.append(
             "### Fixed step: gradient flow, Euler dt = 1, float32 — "
             f"{fx['configs']} configurations, "
-            f"d = r = {fx['dim']}, {fx['steps']} steps (PyTorch threads: {fx['torch_threads']})"
+            f"d = r = {fx['dim']}, {fx['steps']} steps ({_counts_note(fx)})"
         )
         L.append("")
         L.append(
@@ -1014,7 +1160,7 @@ def tables(results, info, verdicts, args) -> str:
                 err = f"observables = rankflow's ({r['obs_diff_vs_rankflow']:.0e})"
                 err_e = "same update"
             L.append(
-                f"| {r['method']} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
+                f"| {_name(r)} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
                 f"{r['run_s'] / base:.2f} | {err} | {err_e} |"
             )
         L.append("")
@@ -1024,7 +1170,7 @@ def tables(results, info, verdicts, args) -> str:
             "### SDE: stochastic gradient flow, Euler–Maruyama dt = 1, float32 — "
             f"{sd['paths']} paths, "
             f"d = r = {sd['dim']}, {sd['steps']} steps, λ = {sd['lam']}, η = {sd['eta']}, "
-            f"σ = {sd['sigma']} (PyTorch threads: {sd['torch_threads']})"
+            f"σ = {sd['sigma']} ({_counts_note(sd)})"
         )
         L.append("")
         L.append(
@@ -1040,7 +1186,7 @@ def tables(results, info, verdicts, args) -> str:
             if r.get("obs_diff_vs_rankflow") is not None:
                 off += f"; = rankflow's bits ({r['obs_diff_vs_rankflow']:.0e})"
             L.append(
-                f"| {r['method']} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
+                f"| {_name(r)} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
                 f"{r['run_s'] / base:.2f} | {r['mean_loss']:.6g} ± {r['se_loss']:.1g} | {off} |"
             )
         L.append("")
@@ -1049,7 +1195,7 @@ def tables(results, info, verdicts, args) -> str:
         L.append(
             f"### Adaptive: gradient flow, rtol = {ad['rtol']:g}, atol = {ad['atol']:g} — "
             f"{ad['configs']} configurations, d = r = {ad['dim']}, t ∈ [0, {ad['steps']}] "
-            f"(PyTorch threads: {ad['torch_threads']})"
+            f"({_counts_note(ad)})"
         )
         L.append("")
         c32, c64 = ad["choice_float32"], ad["choice_float64"]
@@ -1061,6 +1207,10 @@ def tables(results, info, verdicts, args) -> str:
             f"rankflow's strategy, measured on a probe of 8 configurations ({ad['probe_s']:.1f} s "
             f"for both dtypes, compilations included): float32 → **{c32['strategy']}** "
             f"(per run: {per(c32)}); float64 → **{c64['strategy']}** ({per(c64)})."
+            + "".join(
+                f" PI controller, {dtype}: **{c['strategy']}** ({per(c)})."
+                for dtype, c in ad.get("choice_pi", {}).items()
+            )
         )
         L.append("")
         L.append("| method | compile s | run s | × rankflow | error vs float64 reference |")
@@ -1068,7 +1218,7 @@ def tables(results, info, verdicts, args) -> str:
         base = _find(ad, "rankflow Tsit5 float32")["run_s"]
         for r in ad["rows"]:
             L.append(
-                f"| {r['method']} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
+                f"| {_name(r)} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
                 f"{r['run_s'] / base:.2f} | {r['error']:.1e} |"
             )
         L.append("")
@@ -1078,14 +1228,14 @@ def tables(results, info, verdicts, args) -> str:
         L.append(
             f"### Sweep: λ × η × seed = {g[0]} × {g[1]} × {g[2]} = {sw['configs']} configurations, "
             f"gradient flow, Euler dt = 1, float32, d = r = {sw['dim']}, {sw['steps']} steps "
-            f"(PyTorch threads: {sw['torch_threads']})"
+            f"({_counts_note(sw)})"
         )
         L.append("")
         L.append("| method | compile s | grid s | configurations / s |")
         L.append("|---|---:|---:|---:|")
         for r in sw["rows"]:
             L.append(
-                f"| {r['method']} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
+                f"| {_name(r)} | {r['compile_s']:.2f} | {r['run_s']:.3f} | "
                 f"{r['configs_per_s']:.0f} |"
             )
         L.append("")
@@ -1114,8 +1264,13 @@ def tables(results, info, verdicts, args) -> str:
     if verdicts:
         L.append("### Targets")
         L.append("")
-        L.append("| target | measured | required | result |")
-        L.append("|---|---:|---:|---|")
+        L.append(
+            "Each peer at the fastest of the thread counts in its section's heading; the adaptive "
+            "rows' errors are against the float64 reference."
+        )
+        L.append("")
+        L.append("| target | measured | required | result | note |")
+        L.append("|---|---:|---:|---|---|")
         for v in verdicts:
             req = {
                 "speedup": f"≥ {v['required']:g}×",
@@ -1123,7 +1278,8 @@ def tables(results, info, verdicts, args) -> str:
                 "fraction": f"≥ {v['required']:.0%}",
             }[v["kind"]]
             val = f"{v['value']:.0%}" if v["kind"] == "fraction" else f"{v['value']:.2f}"
-            L.append(f"| {v['target']} | {val} | {req} | {'PASS' if v['pass'] else 'FAIL'} |")
+            verdict = "PASS" if v["pass"] else "FAIL"
+            L.append(f"| {v['target']} | {val} | {req} | {verdict} | {v.get('note', '')} |")
         L.append("")
     hangs = {k: v.get("hangs", 0) for k, v in results.items() if v.get("hangs")}
     if hangs:
@@ -1131,13 +1287,17 @@ def tables(results, info, verdicts, args) -> str:
     return "\n".join(L)
 
 
-def write_markdown(text: str) -> None:
+def write_markdown(text: str, ran: list[str]) -> None:
+    """Write ``text`` as BENCHMARKS.md's generated block; where only the sections of
+    ``ran`` were run, theirs replace the block's and the others stay (``peers_markdown``)."""
     with open(MD) as f:
         doc = f.read()
     if BEGIN not in doc or END not in doc:
         raise SystemExit(f"peers: {MD} lacks the generated-section markers")
     head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    old, tail = rest.split(END, 1)
+    if set(ran) < set(SECTIONS):
+        text = peers_markdown.merge(old.strip("\n"), text, ran, SECTIONS)
     with open(MD, "w") as f:
         f.write(head + BEGIN + "\n\n" + text + "\n\n" + END + tail)
 

@@ -58,6 +58,7 @@ from .vocabulary import (
     NOISE_MODELS,
     NOISE_MODELS_OF,
     ODE_METHODS,
+    PID_DEFAULTS,
     PROBLEM_KINDS,
     SCHEDULES,
     SDE_DYNAMICS,
@@ -207,6 +208,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         ),
         "rtol": Field(NUM, 1e-6, "relative tolerance (adaptive)", gt(0)),
         "atol": Field(NUM, 1e-8, "absolute tolerance (adaptive)", gt(0)),
+        "pcoeff": Field(
+            NUM, PID_DEFAULTS["pcoeff"], "adaptive: PID step-size controller's P", ge(0)
+        ),
+        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], "adaptive: its I coefficient", gt(0)),
+        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], "adaptive: its D coefficient", ge(0)),
         "max_steps": Field(INT, 100_000, "step budget of one solve", ge(1)),
         "diverge_norm": Field(
             NUM, 1e6, "a run whose max |entry| of A or B exceeds this is marked diverged", gt(0)

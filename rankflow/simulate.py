@@ -270,6 +270,7 @@ class Program:
             dt=s["dt"],
             rtol=s["rtol"],
             atol=s["atol"],
+            controller={k: s[k] for k in vocabulary.PID_DEFAULTS},
             max_steps=s["max_steps"],
             noise=noise,
             key=noise_key,

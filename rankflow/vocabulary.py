@@ -74,6 +74,9 @@ ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
 SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
 SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
 METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
+# The coefficients of adaptive solves' PID step-size controller (solver.pcoeff, .icoeff,
+# .dcoeff; diffrax's PIDController): diffrax's integral-only default.
+PID_DEFAULTS = {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
 
 # Learning-rate schedules η(t) = η·s(t) of every optimizer and flow (rankflow.schedules).
 SCHEDULES = ("constant", "warmup_cosine", "linear")

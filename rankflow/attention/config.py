@@ -40,7 +40,7 @@ from ..schema import (
     gt,
     suggest,
 )
-from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, SCHEDULES, schedule_error
+from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, PID_DEFAULTS, SCHEDULES, schedule_error
 
 __all__ = [
     "ALIASES",
@@ -277,6 +277,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),
         "rtol": Field(NUM, 1e-6, "gradient flow: relative tolerance", gt(0)),
         "atol": Field(NUM, 1e-8, "gradient flow: absolute tolerance", gt(0)),
+        "pcoeff": Field(
+            NUM, PID_DEFAULTS["pcoeff"], "gradient flow: PID step-size controller's P", ge(0)
+        ),
+        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], "gradient flow: its I coefficient", gt(0)),
+        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], "gradient flow: its D coefficient", ge(0)),
         "max_steps": Field(INT, 100_000, "gradient flow: solver step budget", ge(1)),
     },
 }

@@ -58,6 +58,7 @@ def integrate(
     method: str = "tsit5",
     rtol: float = 1e-6,
     atol: float = 1e-8,
+    controller: Mapping[str, float] | None = None,
     max_steps: int = 100_000,
     diverge_norm: float | None = None,
     schedule: Schedule | None = None,
@@ -67,7 +68,8 @@ def integrate(
     ``(observe(θ(t)) stacked over ts, reached, max_steps_hit)``; ``reached`` is False
     at saves the solver did not get to: it ran out of steps, or (with ``diverge_norm``)
     stopped where a parameter entry went beyond ``diverge_norm`` or non-finite.
-    ``schedule``: η(t); ``lr_tree``: per-leaf learning-rate multipliers (None: 1)."""
+    ``schedule``: η(t); ``lr_tree``: per-leaf learning-rate multipliers (None: 1);
+    ``controller``: the PID step-size controller's coefficients (``pcoeff``, ...)."""
     args = (batch, eta, lam_tree) if lr_tree is None else (batch, eta, lam_tree, lr_tree)
     return solve(
         gradient_flow_field(loss, schedule),
@@ -78,6 +80,7 @@ def integrate(
         method=method,
         rtol=rtol,
         atol=atol,
+        controller=controller,
         max_steps=max_steps,
         diverge_norm=diverge_norm,
         jump_ts=tuple(kinks(schedule)),

@@ -178,6 +178,7 @@ class Program:
                 method=s["method"],
                 rtol=s["rtol"],
                 atol=s["atol"],
+                controller={k: s[k] for k in ("pcoeff", "icoeff", "dcoeff")},
                 max_steps=s["max_steps"],
                 diverge_norm=tr["diverge_norm"],
                 schedule=self.schedule,
