@@ -208,3 +208,22 @@ def test_one_and_two_devices_give_the_same_tables_for_every_kind_of_batch(tmp_pa
             pd.testing.assert_frame_equal(one, two, check_exact=False, rtol=1e-5, obj=kind)
         else:  # each run's arithmetic is the same: identical bits
             pd.testing.assert_frame_equal(one, two, check_exact=True, obj=kind)
+
+
+@pytest.mark.parametrize("backend, loops", [("cpu", True), ("gpu", False), ("tpu", False)])
+def test_the_one_at_a_time_rule_of_decompositions_is_cpu_only(monkeypatch, backend, loops):
+    """On CPU a vmapped decomposition runs one matrix at a time (a loop in the program:
+    batched LAPACK kernels deadlock there); on GPU and TPU it is one batched kernel."""
+    import jax
+    import jax.numpy as jnp
+
+    from rankflow.observables import eigvalsh, singular_values
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    A = jnp.ones((3, 5, 2))
+    M = jnp.ones((3, 4, 4))
+    for text in (
+        str(jax.make_jaxpr(jax.vmap(singular_values))(A, A)),
+        str(jax.make_jaxpr(jax.vmap(eigvalsh))(M)),
+    ):
+        assert (" scan[" in text or " while[" in text) is loops, text
