@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--quick", action="store_true", help="smoke run: smaller runs and sizes")
     ap.add_argument("--dim", type=int, default=None, help="d = r of the GF update (512)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed calls (default 5)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls (default 3)")
     ap.add_argument("--rtol", type=float, default=1e-4, help="float tolerance, of the column")
     ap.add_argument(
         "--parts",
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if part not in PARTS:
             ap.error(f"--parts: unknown part {part!r}; choose from {', '.join(PARTS)}")
     args.dim = args.dim or (32 if args.quick else 512)
-    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.repeats = args.repeats or 3
     return args
 
 
@@ -255,7 +255,7 @@ def attention_rate(quick: bool, repeats: int) -> tuple[float, int]:
     else:
         model = {"D": 32, "H": 4, "layers": 2, "context": 32, "mlp_ratio": 4}
         task = {"kind": "char_lm", "seq_len": 32, "val_fraction": 0.1, "val_size": 256}
-        steps, batch, runs = 200, 32, [0, 1, 2, 3]
+        steps, batch, runs = 100, 32, [0, 1, 2, 3]
     times = {}
     for k in (steps, 2 * steps):
         cfg = {

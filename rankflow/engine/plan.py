@@ -209,10 +209,9 @@ def per_device(fn: Callable) -> Callable:
     is the same whatever the number of devices, and a ``lax.map`` (the ``map`` strategy
     of adaptive solves, the CPU decompositions of ``rankflow.observables``) maps over the
     device's own runs. Left to jit's automatic partitioning, the vmapped program of a
-    batch sharded over 2 CPU devices ran no faster than on one (measured here: 64 GD
-    runs, d = r = 32, 2,000 steps, 1.29 s against 0.83 s through ``shard_map``, which
-    ran 1.6× faster than one device)."""
-
+    batch sharded over 2 CPU devices ran no faster than on one (measured here, one
+    sample on the shared 2-core machine: 64 GD runs, d = r = 32, 2,000 steps, 1.29 s
+    partitioned by jit, 0.83 s through ``shard_map``, 1.29 s on one device)."""
     import jax
 
     @functools.wraps(fn)
