@@ -57,6 +57,13 @@ def test_the_default_is_one_cpu_device_per_physical_core():
     assert source.startswith("one per physical core")
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks here")
+def test_a_process_pinned_to_one_cpu_gets_one_device():
+    res = _python("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})" + COUNT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("1 | one per physical core (1 of the 1 CPUs")
+
+
 @pytest.mark.parametrize(
     "env, expected, source",
     [
