@@ -18,7 +18,9 @@ scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
 - ``scan``: the hand-written, jitted, vmapped ``lax.scan`` of the GD update with the same
   observables (``benchmarks.fixed_step.reference_program``), its batch on one device;
 - the matmul peak: float32 ``jnp.dot`` of n × n squares (best over n), one product on
-  one device (``dot``), and one product per device at once (``all devices``).
+  one device (``dot``), and one product per device at once (``all devices``, a batch
+  sharded over the devices and partitioned by jit: measured under load, ``shard_map``
+  of the same products ran at a third of that rate, 33 against 93 GFLOP/s).
 
 "cores busy" is the process's CPU time over the wall time of the GD calls: on a shared
 machine, how many cores the run actually had. GFLOP/s of the fixed-step rows count the
@@ -98,19 +100,19 @@ def sweep_config(args: argparse.Namespace, case: str) -> dict[str, Any]:
 
 def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> float:
     """GFLOP/s of float32 n × n products, best over ``sizes``: one product on one device,
-    or (``per_device``) one per device at once (``shard_map``), enough products per
-    timing for ~2 GFLOP a device."""
+    or (``per_device``) one per device at once (a batch sharded over the devices, left
+    to jit's partitioner), enough products per timing for ~2 GFLOP a device."""
     import jax
     import jax.numpy as jnp
 
-    from rankflow.engine.plan import per_device as over_devices
-
     k = jax.device_count() if per_device else 1
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:k]), ("runs",))
+    where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
     best = 0.0
     for n in sizes:
-        a = jax.random.normal(jax.random.PRNGKey(0), (k, n, n), jnp.float32)
-        b = jax.random.normal(jax.random.PRNGKey(1), (k, n, n), jnp.float32)
-        f = jax.jit(over_devices(lambda x, y: jnp.einsum("kij,kjl->kil", x, y)))
+        a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (k, n, n)), where)
+        b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (k, n, n)), where)
+        f = jax.jit(lambda x, y: jnp.einsum("kij,kjl->kil", x, y))
         f(a, b).block_until_ready()
         calls = max(1, int(2e9 / (2 * n**3)))
         ts = []
