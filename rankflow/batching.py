@@ -13,6 +13,10 @@ in one compiled program:
 - ``chunks of k``: ``lax.map`` over chunks of ``k`` runs, each chunk vmapped; between
   the two.
 
+Whatever the strategy, a batch sharded over several devices runs as one program per
+device on that device's share (:func:`per_device`): each device maps or vmaps its own
+runs, as one device would all of them.
+
 A fourth, for ODEs whose vector field the caller has: one stacked system of all runs
 with one step-size controller (:func:`stacked_ode`), which still meets the tolerance of
 every run with :func:`member_max_norm`. It steps every run at the step size of the
@@ -39,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .engine.plan import per_device
 from .flows import Saved, solve
 
 __all__ = [
@@ -183,8 +188,9 @@ def choose(
     ``key`` (a structure key: whatever determines the program, not the numbers).
 
     Each candidate is compiled and run once on a probe of ``probe`` members spread over
-    the batch, then timed ``repeats`` times (median); the winner is cached under ``key``
-    and returned on later calls without measuring again.
+    the batch (padded to a multiple of the device count, each device running its share
+    as it will the batch's), then timed ``repeats`` times (median); the winner is cached
+    under ``key`` and returned on later calls without measuring again.
     """
     if key in _CHOICES:
         return _CHOICES[key]
@@ -193,6 +199,9 @@ def choose(
         return Choice("vmap", {}, 1, 0.0)
     candidates = candidates or default_candidates(n)
     idx = probe_indices(n, probe)
+    # Every device gets a share of the probe, as of the batch (padded with the last).
+    devices = jax.device_count()
+    idx = np.pad(idx, (0, -len(idx) % devices), mode="edge")
     sub = jax.tree.map(lambda x: x[idx], batch)
     started = time.perf_counter()
     per_run: dict[str, float] = {}
@@ -228,7 +237,7 @@ def run(single: Single, batch, key: Any, *, strategy: str | None = None, **choos
 def _jitted(single: Single, key: Any, strategy: str) -> Batched:
     fn = _JITTED.get((key, strategy))
     if fn is None:
-        fn = _JITTED[(key, strategy)] = jax.jit(batched(single, strategy))
+        fn = _JITTED[(key, strategy)] = jax.jit(per_device(batched(single, strategy)))
     return fn
 
 

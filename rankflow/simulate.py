@@ -26,7 +26,7 @@ from . import config as config_lib
 from .depth import depth_observable_names, depth_observables, init_depth_factors, inner_widths
 from .depth import product as product_of
 from .engine import programs
-from .engine.plan import pad_runs, shard
+from .engine.plan import pad_runs, per_device, shard
 from .engine.programs import TRACE_COUNTS
 from .engine.status import STATUS, with_status
 from .flows import (
@@ -88,7 +88,7 @@ class Program:
         self.kind = self.point["dynamics"]["kind"]
         self.depth = self.point["model"].get("depth", 2)
         self.widths = inner_widths(self.point["model"])
-        self._jitted = jax.jit(jax.vmap(self._single))
+        self._jitted = jax.jit(per_device(jax.vmap(self._single)))
         # Adaptive solves: how to batch them is measured (rankflow.batching).
         self._measured = self.continuous and self.point["solver"]["adaptive"]
 
@@ -114,7 +114,7 @@ class Program:
         n = len(params["seed"])
         with jax.enable_x64(self.point["x64"]):
             batch = shard({k: params[k] for k in PARAM_KEYS}, self._param_dtype)
-            if self._measured and jax.device_count() == 1:
+            if self._measured:
                 out = self._run_adaptive(batch, n)
             else:
                 out = self._jitted(batch)

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import store
 from .config import ConfigError
+from .engine import devices as cpu_devices
 from .engine.programs import compilation_cache_dir
 from .store import package_versions
 
@@ -126,6 +127,8 @@ def info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "usable_cpus": usable,
         "cpu_devices": _cpu_devices(),
+        "cpu_devices_set_by": cpu_devices.setting().source,
+        "physical_cores": cpu_devices.default_count()[0],
         "environment": {name: os.environ.get(name) for name in THREAD_VARIABLES},
     }
 
@@ -155,8 +158,10 @@ def format_info(d: dict[str, Any]) -> str:
     lines += [
         f"x64: {'on' if d['x64'] else 'off'} (configs turn it on with x64 = true)",
         f"compilation cache: {cache}",
-        f"cpus: {d['cpus']} ({d['usable_cpus']} usable by this process), "
-        f"CPU devices: {d['cpu_devices']}",
+        f"cpus: {d['cpus']} ({d['usable_cpus']} usable by this process, "
+        f"{d['physical_cores']} physical cores)",
+        f"CPU devices: {d['cpu_devices']}, by {d['cpu_devices_set_by']}"
+        + ("" if cpu_devices.ENV in d["cpu_devices_set_by"] else f" ({cpu_devices.ENV}=N sets it)"),
     ]
     lines += [f"{k}: {'(unset)' if v is None else v}" for k, v in d["environment"].items()]
     return "\n".join(lines)

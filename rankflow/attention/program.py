@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..engine import programs
-from ..engine.plan import shard
+from ..engine.plan import per_device, shard
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
 from ..schedules import schedule_of
@@ -73,7 +73,7 @@ class Program:
         self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
-        self._jitted = jax.jit(self._batch)
+        self._jitted = jax.jit(per_device(self._batch))
         # The per-head observables (QR, SVD, eigh of every head) run as a program of
         # their own, after training: inside the training loop, XLA:CPU was seen to
         # deadlock on batched LAPACK calls running beside the rest of the step.

@@ -10,6 +10,7 @@ from .family import Family as Family
 from .plan import Chunk as Chunk
 from .plan import chunk_plan as chunk_plan
 from .plan import pad_runs as pad_runs
+from .plan import per_device as per_device
 from .plan import plan as plan
 from .plan import shard as shard
 from .plan import swept_structure_keys as swept_structure_keys
@@ -29,6 +30,7 @@ __all__ = [
     "enable_compilation_cache",
     "execute",
     "pad_runs",
+    "per_device",
     "plan",
     "program",
     "run",

@@ -9,6 +9,7 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ __all__ = [
     "chunk_plan",
     "device_memory",
     "pad_runs",
+    "per_device",
     "plan",
     "resource_error",
     "shard",
@@ -194,3 +196,37 @@ def shard(params: Mapping[str, np.ndarray], dtype_of: Callable[[str], Any]) -> d
         sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
         batch = jax.device_put(batch, sharding)
     return batch
+
+
+def per_device(fn: Callable) -> Callable:
+    """``fn(batch, *shared)`` (batched: every leaf of ``batch`` and of the output has the
+    run axis first; ``shared`` the same for every run) run by each device on its share
+    of the batch (``shard_map`` over all of JAX's devices, ``shared`` replicated), when
+    there are several and the batch divides evenly among them; ``fn`` itself otherwise.
+    Call it under ``jax.jit``.
+
+    Each device then runs the one-device program on fewer runs, so each run's arithmetic
+    is the same whatever the number of devices, and a ``lax.map`` (the ``map`` strategy
+    of adaptive solves, the CPU decompositions of ``rankflow.observables``) maps over the
+    device's own runs. Left to jit's automatic partitioning, the vmapped program of a
+    batch sharded over 2 CPU devices ran no faster than on one (measured here, one
+    sample on the shared 2-core machine: 64 GD runs, d = r = 32, 2,000 steps, 1.29 s
+    partitioned by jit, 0.83 s through ``shard_map``, 1.29 s on one device)."""
+    import jax
+
+    @functools.wraps(fn)
+    def call(batch, *shared):
+        devices = jax.devices()
+        if len(devices) == 1 or int(jax.tree.leaves(batch)[0].shape[0]) % len(devices):
+            return fn(batch, *shared)
+        mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+        runs, same = jax.sharding.PartitionSpec("runs"), jax.sharding.PartitionSpec()
+        return jax.shard_map(
+            fn,
+            mesh=mesh,
+            in_specs=(runs, *(same for _ in shared)),
+            out_specs=runs,
+            check_vma=False,  # diffrax's loops and custom_vmap carry no annotations
+        )(batch, *shared)
+
+    return call

@@ -1,0 +1,258 @@
+"""Scaling with cores: configurations per second against the number of CPU devices.
+
+    python -m benchmarks.scaling                  # 64 configs, d = r = 32, 2,000 steps
+    python -m benchmarks.scaling --quick          # a smoke run (16 configs, d = 16, 200 steps)
+    python -m benchmarks.scaling --devices 1,2,4,all --json out.json
+
+rankflow gives JAX one CPU device per physical core and shards every batch over all of
+them (``rankflow.engine.devices``, ``rankflow.batching.per_device``). Each device count
+runs in its own process (the count is fixed when JAX starts): ``RANKFLOW_CPU_DEVICES=N``
+for N, and nothing set for ``all`` (rankflow's default). In each process, on the
+diagonal problem of ``benchmarks.fixed_step`` (L = ½‖ABᵀ − diag(s)‖², Gaussian start of
+scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
+
+- ``gd``: ``rankflow.run`` of GD, ``--steps`` steps, the table included;
+- ``sde``: ``rankflow.run`` of the Euler–Maruyama ``stochastic_flow`` (dt = 1, σ = 0.01);
+- ``adaptive``: ``rankflow.run`` of gradient flow with Tsit5 (rtol 1e-6, atol 1e-8,
+  float32), batched per device with the strategy ``rankflow.batching`` measures;
+- ``scan``: the hand-written, jitted, vmapped ``lax.scan`` of the GD update with the same
+  observables (``benchmarks.fixed_step.reference_program``), its batch on one device;
+- the matmul peak: float32 ``jnp.dot`` of n × n squares (best over n), one product on
+  one device (``dot``), and one product per device at once (``all devices``, a batch
+  sharded over the devices and partitioned by jit: measured under load, ``shard_map``
+  of the same products ran at a third of that rate, 33 against 93 GFLOP/s).
+
+"cores busy" is the process's CPU time over the wall time of the GD calls: on a shared
+machine, how many cores the run actually had. GFLOP/s of the fixed-step rows count the
+update's three products (6·d³ flops per step and configuration; the observables at two
+saves are not counted). Times are medians of
+``--repeats`` calls after a first (compiling) call; the methods of a process are
+interleaved. Ratios are against the 1-device process of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+CASES = ("gd", "sde", "adaptive", "scan")
+RTOL, ATOL = 1e-6, 1e-8
+SIGMA = 0.01
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.scaling",
+        description="configurations per second against the number of CPU devices",
+    )
+    ap.add_argument("--quick", action="store_true", help="smoke run: 16 configs, d = 16, 200 steps")
+    ap.add_argument("--configs", type=int, default=None, help="configurations (default 64)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 2000)")
+    ap.add_argument("--dim", type=int, default=None, help="d = m = n = r (default 32)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls per method (default 5)")
+    ap.add_argument(
+        "--devices", default="1,2,all", help="device counts, one process each ('all': default)"
+    )
+    ap.add_argument("--json", default=None, help="also write the rows (and machine) as JSON")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.configs = args.configs or (16 if args.quick else 64)
+    args.steps = args.steps or (200 if args.quick else 2000)
+    args.dim = args.dim or (16 if args.quick else 32)
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.saves, args.problem, args.sigma = 2, "diagonal", SIGMA
+    side = int(np.sqrt(args.configs))
+    if side * side != args.configs:
+        ap.error("--configs: a square number (a λ × η grid)")
+    for d in args.devices.split(","):
+        if d.strip() != "all" and not (d.strip().isdigit() and int(d) > 0):
+            ap.error(f"--devices: positive integers or 'all', not {d!r}")
+    return args
+
+
+def sweep_config(args: argparse.Namespace, case: str) -> dict[str, Any]:
+    """The ``rankflow.run`` config of a case: ``benchmarks.fixed_step``'s problem and
+    start, a λ × η grid of ``--configs`` points."""
+    from benchmarks import fixed_step as fs
+
+    kind = {"gd": "gd", "sde": "stochastic_flow", "adaptive": "gradient_flow"}[case]
+    cfg = fs.base_config(args, kind)
+    if case == "adaptive":
+        cfg["solver"] = {"method": "tsit5", "adaptive": True, "rtol": RTOL, "atol": ATOL}
+    side = int(np.sqrt(args.configs))
+    cfg["sweep"] = {
+        "dynamics.lam": [float(x) for x in np.linspace(0.0, 0.05, side)],
+        "dynamics.eta": [float(x) for x in np.linspace(0.02, 0.2, side)],
+    }
+    return cfg
+
+
+def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> float:
+    """GFLOP/s of float32 n × n products, best over ``sizes``: one product on one device,
+    or (``per_device``) one per device at once (a batch sharded over the devices, left
+    to jit's partitioner), enough products per timing for ~2 GFLOP a device."""
+    import jax
+    import jax.numpy as jnp
+
+    k = jax.device_count() if per_device else 1
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:k]), ("runs",))
+    where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    best = 0.0
+    for n in sizes:
+        a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (k, n, n)), where)
+        b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (k, n, n)), where)
+        f = jax.jit(lambda x, y: jnp.einsum("kij,kjl->kil", x, y))
+        f(a, b).block_until_ready()
+        calls = max(1, int(2e9 / (2 * n**3)))
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(calls):
+                out = f(a, b)
+            out.block_until_ready()
+            ts.append(time.perf_counter() - t)
+        best = max(best, k * calls * 2 * n**3 / statistics.median(ts) / 1e9)
+    return best
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One process: every case at this process's device count."""
+    import jax
+
+    import rankflow
+    from benchmarks import fixed_step as fs
+    from rankflow import config as config_lib
+    from rankflow.engine import devices
+
+    cfgs = {c: sweep_config(args, c) for c in CASES if c != "scan"}
+    point = config_lib.expand(config_lib.resolve(fs.base_config(args, "gd")))[0]
+    scan = fs.reference_program(point, "gd", None)
+    params = fs.batch_params(point, args)
+    fns = {c: (lambda cfg=cfg: rankflow.run(cfg, quiet=True)) for c, cfg in cfgs.items()}
+    fns["scan"] = lambda: scan(params)
+    first, runs, cores = {}, {c: [] for c in fns}, {c: [] for c in fns}
+    for c, fn in fns.items():
+        t = time.perf_counter()
+        fn()
+        first[c] = time.perf_counter() - t
+    for i in range(args.repeats):
+        for c in CASES if i % 2 == 0 else CASES[::-1]:
+            t, cpu = time.perf_counter(), time.process_time()
+            fns[c]()
+            runs[c].append(time.perf_counter() - t)
+            cores[c].append((time.process_time() - cpu) / runs[c][-1])
+    times = {c: statistics.median(v) for c, v in runs.items()}
+    return {
+        "devices": jax.device_count(),
+        "source": devices.setting().source,
+        "times": times,
+        "spread": {c: [min(v), max(v)] for c, v in runs.items()},
+        "cores_busy": {c: statistics.median(v) for c, v in cores.items()},
+        "compile": {c: max(0.0, first[c] - times[c]) for c in fns},
+        "peak_dot": matmul_peak(False),
+        "peak_all": matmul_peak(True),
+    }
+
+
+def run_worker(label: str, args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_CPU_DEVICES"}
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    env["XLA_FLAGS"] = " ".join(flags)
+    if label != "all":
+        env["RANKFLOW_CPU_DEVICES"] = label
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        cmd = [sys.executable, "-m", "benchmarks.scaling", *argv, "--worker", label]
+        subprocess.run([*cmd, "--worker-out", out], env=env, check=True)
+        with open(out) as f:
+            return json.load(f)
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict) -> None:
+    one = next((r for r in rows if r["devices"] == 1), rows[0])
+    flops = args.configs * args.steps * 6 * args.dim**3
+    peak = max(max(r["peak_dot"], r["peak_all"]) for r in rows)
+    print(
+        f"{args.configs} configurations, d = r = {args.dim}, {args.steps} steps, float32; "
+        f"{info['machine']}; load average {info['load_start']:.2f} at the start, "
+        f"{info['load_end']:.2f} at the end; medians of {args.repeats} calls."
+    )
+    print()
+    print(
+        "| devices (set by) | GD configs/s (× 1 device) | SDE configs/s (×) "
+        "| adaptive configs/s (×) | GD: cores busy | hand-written scan, 1 device, configs/s "
+        "| GD GFLOP/s (of peak) | matmul peak GFLOP/s: one dot, one per device |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        t, t1 = r["times"], one["times"]
+        busy = r["cores_busy"]["gd"]
+        cells = [f"{r['devices']} ({'default' if r['label'] == 'all' else r['source']})"]
+        for c in ("gd", "sde", "adaptive"):
+            cells.append(f"{args.configs / t[c]:.1f} ({t1[c] / t[c]:.2f}×)")
+        gd = flops / t["gd"] / 1e9
+        cells += [
+            f"{busy:.2f}",
+            f"{args.configs / t['scan']:.1f}",
+            f"{gd:.0f} ({gd / peak:.0%})",
+            f"{r['peak_dot']:.0f}, {r['peak_all']:.0f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print(
+        "cores busy: the process's CPU time over the wall time of the GD calls (median): "
+        "below the device count where other jobs held the cores."
+    )
+    print(
+        f"of peak: the GD sweep's update rate (6·d³ flops a step and configuration, "
+        f"observables and table not counted) over the best matmul rate of the run "
+        f"({peak:.0f} GFLOP/s)."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.worker is not None:
+        with open(args.worker_out, "w") as f:
+            json.dump(worker(args), f)
+        return 0
+    from rankflow.engine.devices import default_count
+
+    labels = list(dict.fromkeys(d.strip() for d in args.devices.split(",")))
+    if "all" in labels:  # the default's count runs once, as the default
+        labels = [x for x in labels if x != str(default_count()[0])]
+    start = load_average()
+    rows = [run_worker(label, args, argv) for label in labels]
+    for label, r in zip(labels, rows, strict=True):
+        r["label"] = label
+    info = {
+        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), "
+        f"python {platform.python_version()}",
+        "load_start": start,
+        "load_end": load_average(),
+    }
+    print_table(rows, args, info)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "info": info, "args": vars(args)}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
