@@ -20,7 +20,7 @@ and keeps the exported ones (saves × parameters inside the program).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,16 @@ from .optimizers import make_optimizer, per_leaf_lam, per_leaf_lr
 from .tasks import accuracy, make_task
 from .train import iterate, loss_fn
 
-__all__ = ["PARAM_KEYS", "STATUS", "TRACE_COUNTS", "Program", "params_of", "program_for"]
+__all__ = [
+    "PARAM_KEYS",
+    "STATUS",
+    "TRACE_COUNTS",
+    "Program",
+    "over_runs",
+    "params_of",
+    "per_device",
+    "program_for",
+]
 
 PARAM_KEYS = config_lib.NUMERIC_KEYS
 
@@ -73,7 +82,7 @@ class Program:
         self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
-        self._jitted = jax.jit(self._batch)
+        self._jitted = jax.jit(per_device(self._batch))
         # The per-head observables (QR, SVD, eigh of every head) run as a program of
         # their own, after training: inside the training loop, XLA:CPU was seen to
         # deadlock on batched LAPACK calls running beside the rest of the step.
@@ -127,12 +136,14 @@ class Program:
         return self.model.init(self.keys(p["seed"])[0], p["attention.init_scale"])
 
     def _batch(self, P: dict[str, jax.Array], data: dict[str, Any]) -> dict[str, jax.Array]:
+        """The runs of ``P`` (on each device, those it holds): initialised one after
+        another, then trained by :func:`over_runs`."""
         TRACE_COUNTS[self.key] += 1
         # Initialisation runs as a loop over runs, not vmapped: batched PRNG code takes
         # XLA several times longer to compile, and init is cheap to run.
         params0 = jax.lax.map(self.init, P)
         full = jax.lax.map(lambda p: self.full_batch(p, data), P) if self.continuous else None
-        return jax.vmap(self._single, in_axes=(0, 0, 0, None))(P, params0, full, data)
+        return over_runs(lambda p, p0, f: self._single(p, p0, f, data), (P, params0, full))
 
     def full_batch(self, p: Mapping[str, jax.Array], data: Mapping[str, Any]):
         """Gradient flow's fixed training batch of a run."""
@@ -231,6 +242,31 @@ class Program:
         finite = jnp.isfinite(obs["train_loss"]) & jnp.isfinite(obs["val_loss"])
         ok = (max_abs <= self.point["train"]["diverge_norm"]) & finite & reached
         return with_status(obs, ok, reached, max_steps_hit)
+
+
+def over_runs(single: Callable, runs: Any) -> Any:
+    """``single`` over the runs of ``runs`` (a tuple of pytrees with a leading run axis).
+
+    On CPU one after another (``lax.map``): measured here (jax 0.10.2, 2 cores, the
+    ablation config's model, 12 runs), a vmapped training step took 1.6× the time of the
+    12 steps in turn, every batched matrix product of a vmapped run being slower on
+    XLA:CPU than its unbatched products (``python -m benchmarks.attention``). Elsewhere
+    (GPU, TPU: unmeasured) ``vmap``, whose batched kernels those devices run well."""
+    if jax.default_backend() == "cpu":
+        return jax.lax.map(lambda args: single(*args), runs)
+    return jax.vmap(single)(*runs)
+
+
+def per_device(batch: Callable) -> Callable:
+    """``batch(P, data)`` on each device's share of the runs of ``P`` (sharded along
+    its leading axis by :func:`rankflow.engine.plan.shard`; ``data`` shared), so that
+    :func:`over_runs` loops over a device's own runs."""
+    devices = jax.devices()
+    if len(devices) == 1:
+        return batch
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+    runs, shared = jax.sharding.PartitionSpec("runs"), jax.sharding.PartitionSpec()
+    return jax.shard_map(batch, mesh=mesh, in_specs=(runs, shared), out_specs=runs)
 
 
 def program_for(point: Mapping[str, Any]) -> Program:
