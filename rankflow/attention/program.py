@@ -1,9 +1,10 @@
-"""One structure of an attention config → one compiled, vmapped program.
+"""One structure of an attention config → one compiled program for a batch of runs.
 
 Points that differ only in :data:`config.NUMERIC_KEYS` (seed, λ per group, η, μ, init
-scale) share a :class:`Program`: those values are traced and batched with ``vmap``, so a
-sweep over λ and seeds trains a batch of models in one compiled program (the parameter
-pytrees of ``nnx.split`` stacked along a leading run axis).
+scale) share a :class:`Program`: those values are traced, so a sweep over λ and seeds
+trains a batch of models in one compiled program (the parameter pytrees stacked along a
+leading run axis). The batch is sharded over the devices; on CPU each device trains its
+runs one after another, elsewhere they are vmapped (:func:`over_runs`).
 
 A run saves, at steps 0, eval_every, …, steps: every per-head observable of both pairs
 (:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
@@ -260,13 +261,15 @@ def over_runs(single: Callable, runs: Any) -> Any:
 def per_device(batch: Callable) -> Callable:
     """``batch(P, data)`` on each device's share of the runs of ``P`` (sharded along
     its leading axis by :func:`rankflow.engine.plan.shard`; ``data`` shared), so that
-    :func:`over_runs` loops over a device's own runs."""
+    :func:`over_runs` loops over a device's own runs. (Parameters that start equal in
+    every run, such as LayerNorm scales, are not marked as varying over the devices;
+    ``check_vma`` is off so that a training loop may carry them.)"""
     devices = jax.devices()
     if len(devices) == 1:
         return batch
     mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
     runs, shared = jax.sharding.PartitionSpec("runs"), jax.sharding.PartitionSpec()
-    return jax.shard_map(batch, mesh=mesh, in_specs=(runs, shared), out_specs=runs)
+    return jax.shard_map(batch, mesh=mesh, in_specs=(runs, shared), out_specs=runs, check_vma=False)
 
 
 def program_for(point: Mapping[str, Any]) -> Program:
