@@ -249,10 +249,11 @@ def over_runs(single: Callable, runs: Any) -> Any:
     """``single`` over the runs of ``runs`` (a tuple of pytrees with a leading run axis).
 
     On CPU one after another (``lax.map``): measured here (jax 0.10.2, 2 cores, the
-    ablation config's model, 12 runs), a vmapped training step took 1.6× the time of the
-    12 steps in turn, every batched matrix product of a vmapped run being slower on
-    XLA:CPU than its unbatched products (``python -m benchmarks.attention``). Elsewhere
-    (GPU, TPU: unmeasured) ``vmap``, whose batched kernels those devices run well."""
+    ablation config's model, 12 runs; ``python -m benchmarks.attention``, BENCHMARKS.md),
+    a hand-written training step vmapped over the runs took 1.3–1.5× the time of the
+    same step mapped over them: every matrix product of a vmapped run becomes a batched
+    one, slower on XLA:CPU than the unbatched products. Elsewhere ``vmap`` (unmeasured:
+    GPUs and TPUs have batched kernels of their own)."""
     if jax.default_backend() == "cpu":
         return jax.lax.map(lambda args: single(*args), runs)
     return jax.vmap(single)(*runs)
