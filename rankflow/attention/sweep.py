@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 LOSS = "loss.parquet"
-# Runs per chunk by default: each chunk trains one vmapped batch of models.
+# Runs per chunk by default: each chunk trains one batch of models in one program.
 MAX_CHUNK = 32
 # Structural columns of every table (swept structural keys are added).
 STRUCT_COLUMNS = (
