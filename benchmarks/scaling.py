@@ -4,10 +4,11 @@
     python -m benchmarks.scaling --quick          # a smoke run (16 configs, d = 16, 200 steps)
     python -m benchmarks.scaling --devices 1,2,4,all --json out.json
 
-rankflow gives JAX one CPU device per physical core and shards every batch over all of
-them (``rankflow.engine.devices``, ``rankflow.batching.per_device``). Each device count
-runs in its own process (the count is fixed when JAX starts): ``RANKFLOW_CPU_DEVICES=N``
-for N, and nothing set for ``all`` (rankflow's default). In each process, on the
+With ``RANKFLOW_CPU_DEVICES=all`` rankflow gives JAX one CPU device per physical core and
+shards every batch over all of them (``rankflow.engine.devices``,
+``rankflow.engine.plan.per_device``). Each device count runs in its own process (the
+count is fixed when JAX starts): ``RANKFLOW_CPU_DEVICES=N`` for N, ``=all`` for ``all``
+(rankflow's default is one device). In each process, on the
 diagonal problem of ``benchmarks.fixed_step`` (L = ½‖ABᵀ − diag(s)‖², Gaussian start of
 scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
 
@@ -169,8 +170,7 @@ def run_worker(label: str, args: argparse.Namespace, argv: list[str]) -> dict[st
     env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_CPU_DEVICES"}
     flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
     env["XLA_FLAGS"] = " ".join(flags)
-    if label != "all":
-        env["RANKFLOW_CPU_DEVICES"] = label
+    env["RANKFLOW_CPU_DEVICES"] = label
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [sys.executable, "-m", "benchmarks.scaling", *argv, "--worker", label]
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     from rankflow.engine.devices import default_count
 
     labels = list(dict.fromkeys(d.strip() for d in args.devices.split(",")))
-    if "all" in labels:  # the default's count runs once, as the default
+    if "all" in labels:  # the count of 'all' runs once, as 'all'
         labels = [x for x in labels if x != str(default_count()[0])]
     start = load_average()
     rows = [run_worker(label, args, argv) for label in labels]

@@ -1,7 +1,7 @@
-"""Every core by default (issue #18): rankflow asks JAX for one CPU device per physical
-core unless the user set the count (``RANKFLOW_CPU_DEVICES``, XLA's flag, JAX's
-config), never crashes when JAX started first, and gives the same tables with 1 and 2
-devices for every kind of batch (fixed step, SDE, adaptive, attention)."""
+"""CPU devices (issue #18): rankflow asks JAX for one CPU device, or one per physical
+core with ``RANKFLOW_CPU_DEVICES=all``, unless the user set the count (the variable,
+XLA's flag, JAX's config), never crashes when JAX started first, and gives the same
+tables with 1 and 2 devices for every kind of batch (fixed step, SDE, adaptive, attention)."""
 
 from __future__ import annotations
 
@@ -51,17 +51,24 @@ def _count(**env: str) -> tuple[int, str]:
     return int(n), source
 
 
-def test_the_default_is_one_cpu_device_per_physical_core():
+def test_the_default_is_one_device_and_all_is_one_per_physical_core():
     n, source = _count()
+    assert n == 1 and source.startswith("the default")
+    n, source = _count(RANKFLOW_CPU_DEVICES="all")
     assert n == devices.default_count()[0] == devices.physical_cores()
-    assert source.startswith("one per physical core")
+    assert source.startswith("RANKFLOW_CPU_DEVICES=all: one per physical core")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks here")
 def test_a_process_pinned_to_one_cpu_gets_one_device():
-    res = _python("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})" + COUNT)
+    res = _python(
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})" + COUNT,
+        RANKFLOW_CPU_DEVICES="all",
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("1 | one per physical core (1 of the 1 CPUs")
+    assert res.stdout.startswith(
+        "1 | RANKFLOW_CPU_DEVICES=all: one per physical core (1 of the 1 CPUs"
+    )
 
 
 @pytest.mark.parametrize(
@@ -104,8 +111,10 @@ def test_jax_started_before_rankflow_is_left_alone_and_info_says_how_to_get_more
 def test_a_bad_count_is_one_line_and_the_default_is_used():
     res = _python(COUNT, RANKFLOW_CPU_DEVICES="two")
     assert res.returncode == 0
-    assert res.stderr == "rankflow: RANKFLOW_CPU_DEVICES='two' is not a positive integer; ignored\n"
-    assert int(res.stdout.split(" | ")[0]) == devices.default_count()[0]
+    assert res.stderr == (
+        "rankflow: RANKFLOW_CPU_DEVICES='two' is not a positive integer or 'all'; ignored\n"
+    )
+    assert int(res.stdout.split(" | ")[0]) == 1
 
 
 def test_requested_reads_rankflow_s_variable_then_xla_s_flag():

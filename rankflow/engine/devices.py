@@ -1,18 +1,28 @@
-"""How many CPU devices JAX gives rankflow: one per physical core by default.
+"""How many CPU devices JAX gives rankflow: one unless the user asks for more.
 
 XLA:CPU shows one device unless told otherwise, and a vmapped batch of small matrix
-products (rankflow's sweeps) runs on that device's one thread: one core of two sat idle
-(measured, issue #18). rankflow shards every batch over all the devices JAX sees, so it
-asks for one CPU device per physical core it may use, before JAX starts its CPU backend.
-The count is the user's where they set it, in this order:
+products (rankflow's sweeps) runs on that device's one thread: one core of two sits idle
+(measured, issue #18). rankflow shards every batch over all the devices JAX sees, so with
+one CPU device per core a sweep uses every core. The count is the user's where they set
+it, in this order:
 
-1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer);
+1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer), or ``RANKFLOW_CPU_DEVICES=all``: one
+   device per physical core this process may run on (the CPUs of its affinity mask,
+   ``os.sched_getaffinity``, counted once per core — hyperthreads share one — capped by
+   the cgroup CPU quota of containers and SLURM where one is set);
 2. ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (XLA's own flag);
 3. ``jax.config.update("jax_num_cpu_devices", N)`` before rankflow is imported (or
    ``JAX_NUM_CPU_DEVICES=N``);
-4. otherwise the physical cores this process may run on: the CPUs of its affinity mask
-   (``os.sched_getaffinity``) counted once per core (hyperthreads share one), capped by
-   the cgroup CPU quota (containers, SLURM) where one is set.
+4. otherwise one device.
+
+Why not every core by default: on jax/jaxlib 0.10.2, when every thread of XLA:CPU's
+intra-op pool runs one device's program, a batched LAPACK kernel (``lapack_dgesdd_ffi``
+of a vmapped SVD, e.g. a balanced initialisation) splits its batch into pool tasks and
+waits for them with no free thread left to run them: the process sleeps for ever
+(observed with 2 devices on 2 cores in ``tests/test_mutants_noise.py``, both pool threads
+in ``jax::ParallelBatchMap``; benchmarks/README.md, "XLA:CPU deadlocks"). The
+observables' decompositions already avoid this (``observables.one_at_a_time``); until
+every batched decomposition does, more devices are the user's choice.
 
 This concerns the CPU backend only: on a GPU or TPU host the accelerators are the
 devices, and ``JAX_PLATFORMS`` without ``cpu`` leaves the CPU count alone. If JAX's
@@ -146,10 +156,13 @@ def requested(environ: dict[str, str] | None = None) -> tuple[int | None, str, s
     not a positive integer (it is then ignored)."""
     env = os.environ if environ is None else environ
     raw = env.get(ENV, "").strip()
+    if raw == "all":
+        count, why = default_count()
+        return count, f"{ENV}=all: {why}", None
     if raw:
         if raw.isdigit() and int(raw) > 0:
             return int(raw), f"{ENV}={raw}", None
-        problem = f"{ENV}={raw!r} is not a positive integer; ignored"
+        problem = f"{ENV}={raw!r} is not a positive integer or 'all'; ignored"
     else:
         problem = None
     flag = _flag_count(env.get("XLA_FLAGS", ""))
@@ -177,7 +190,7 @@ def configure() -> CpuDevices:
         _SETTING = CpuDevices(preset, f"jax_num_cpu_devices={preset}, set before rankflow")
     else:
         if count is None:
-            count, source = default_count()
+            count, source = 1, f"the default (one per physical core: {ENV}=all)"
         try:
             jax.config.update("jax_num_cpu_devices", count)
         except RuntimeError:  # JAX's backends are running: the count can no longer change
