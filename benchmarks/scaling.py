@@ -62,7 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dim", type=int, default=None, help="d = m = n = r (default 32)")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per method (default 5)")
     ap.add_argument(
-        "--devices", default="1,2,all", help="device counts, one process each ('all': default)"
+        "--devices",
+        default="1,2,all",
+        help="device counts, one process each ('all': one per physical core)",
     )
     ap.add_argument("--json", default=None, help="also write the rows (and machine) as JSON")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -202,7 +204,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict
     for r in rows:
         t, t1 = r["times"], one["times"]
         busy = r["cores_busy"]["gd"]
-        cells = [f"{r['devices']} ({'default' if r['label'] == 'all' else r['source']})"]
+        cells = [f"{r['devices']} (RANKFLOW_CPU_DEVICES={r['label']})"]
         for c in ("gd", "sde", "adaptive"):
             cells.append(f"{args.configs / t[c]:.1f} ({t1[c] / t[c]:.2f}×)")
         gd = flops / t["gd"] / 1e9

@@ -202,29 +202,20 @@ class Program:
         return self._finish(obs, reached, max_steps_hit)
 
     def _observe(self, state, data, hyper):
+        """The saved values of one state: the factors themselves (``save = "states"``) or
+        the observables, depth 2's of ``(A, B)`` or depth L's of ``(W_1, …, W_L)``."""
         theta = factors_of(self.kind, state) if self.continuous else state
-        if self.depth != 2:
-            return self._observe_depth(state, theta, data, hyper)
-        A, B = theta
         if self.save == "states":
             out = {"theta": theta}
             if self.continuous and self.kind in vocabulary.MOMENTUM_DYNAMICS:
                 out["M"] = state[1]
-        else:
-            loss = self.problem.loss(A @ B.T, data)
-            out = observables(A, B, loss, hyper["lam"], self.point["save"]["rank_tol"])
-        out["_max_abs"] = jnp.maximum(jnp.max(jnp.abs(A)), jnp.max(jnp.abs(B)))
-        return out
-
-    def _observe_depth(self, state, theta, data, hyper):
-        """:meth:`_observe` at depth L ≥ 3: the factors ``(W_1, …, W_L)``."""
-        if self.save == "states":
-            out = {"theta": theta}
-            if self.continuous and self.kind in vocabulary.MOMENTUM_DYNAMICS:
-                out["M"] = state[1]
-        else:
+        elif self.depth != 2:
             loss = self.problem.loss(product_of(theta), data)
             out = depth_observables(theta, loss, hyper["lam"], self.point["save"]["rank_tol"])
+        else:
+            A, B = theta
+            loss = self.problem.loss(A @ B.T, data)
+            out = observables(A, B, loss, hyper["lam"], self.point["save"]["rank_tol"])
         out["_max_abs"] = max_abs(theta)
         return out
 
