@@ -836,15 +836,10 @@ def section_sweep(args, dog) -> dict:
     }
 
 
-def matmul_peak(n: int, repeats: int = 7) -> float:
-    """Median GFLOP/s of a float32 ``jnp.dot`` of two n × n matrices (each timing runs
-    enough products for ~2 GFLOP, so that small sizes are timed above the clock's noise)."""
-    import jax
-    import jax.numpy as jnp
-
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-    f = jax.jit(jnp.dot)
+def product_rate(f, a, b, n: int, repeats: int, k: int = 1) -> float:
+    """Median GFLOP/s of ``f(a, b)``, ``k`` float32 n × n products per call (compiled
+    first; each timing runs enough calls for ~2 GFLOP per product, so that small sizes
+    are timed above the clock's noise)."""
     f(a, b).block_until_ready()
     calls = max(1, int(2e9 / (2 * n**3)))
     ts = []
@@ -854,7 +849,17 @@ def matmul_peak(n: int, repeats: int = 7) -> float:
             out = f(a, b)
         out.block_until_ready()
         ts.append(time.perf_counter() - t)
-    return calls * 2 * n**3 / statistics.median(ts) / 1e9
+    return k * calls * 2 * n**3 / statistics.median(ts) / 1e9
+
+
+def matmul_peak(n: int, repeats: int = 7) -> float:
+    """Median GFLOP/s of a float32 ``jnp.dot`` of two n × n matrices."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    return product_rate(jax.jit(jnp.dot), a, b, n, repeats)
 
 
 def section_roofline(args, dog) -> dict:

@@ -108,6 +108,8 @@ def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> f
     import jax
     import jax.numpy as jnp
 
+    from benchmarks.peers import product_rate
+
     k = jax.device_count() if per_device else 1
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:k]), ("runs",))
     where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
@@ -116,16 +118,7 @@ def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> f
         a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (k, n, n)), where)
         b = jax.device_put(jax.random.normal(jax.random.PRNGKey(1), (k, n, n)), where)
         f = jax.jit(lambda x, y: jnp.einsum("kij,kjl->kil", x, y))
-        f(a, b).block_until_ready()
-        calls = max(1, int(2e9 / (2 * n**3)))
-        ts = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            for _ in range(calls):
-                out = f(a, b)
-            out.block_until_ready()
-            ts.append(time.perf_counter() - t)
-        best = max(best, k * calls * 2 * n**3 / statistics.median(ts) / 1e9)
+        best = max(best, product_rate(f, a, b, n, repeats, k))
     return best
 
 
