@@ -2,13 +2,13 @@
 
     python -m benchmarks.scaling                  # 64 configs, d = r = 32, 2,000 steps
     python -m benchmarks.scaling --quick          # a smoke run (16 configs, d = 16, 200 steps)
-    python -m benchmarks.scaling --devices 1,2,4,all --json out.json
+    python -m benchmarks.scaling --devices 1,2,4,default --json out.json
 
-With ``RANKFLOW_CPU_DEVICES=all`` rankflow gives JAX one CPU device per physical core and
-shards every batch over all of them (``rankflow.engine.devices``,
-``rankflow.engine.plan.per_device``). Each device count runs in its own process (the
-count is fixed when JAX starts): ``RANKFLOW_CPU_DEVICES=N`` for N, ``=all`` for ``all``
-(rankflow's default is one device). In each process, on the
+By default rankflow gives JAX one CPU device per physical core and shards every batch
+over all of them (``rankflow.engine.devices``, ``rankflow.engine.plan.per_device``).
+Each device count runs in its own process (the count is fixed when JAX starts):
+``RANKFLOW_CPU_DEVICES=N`` for N, ``=all`` for ``all``, and ``default`` with no variable
+or flag set (what a user gets). In each process, on the
 diagonal problem of ``benchmarks.fixed_step`` (L = ½‖ABᵀ − diag(s)‖², Gaussian start of
 scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
 
@@ -63,8 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per method (default 5)")
     ap.add_argument(
         "--devices",
-        default="1,2,all",
-        help="device counts, one process each ('all': one per physical core)",
+        default="1,default",
+        help="device counts, one process each ('all': one per physical core; "
+        "'default': no variable or flag set)",
     )
     ap.add_argument("--json", default=None, help="also write the rows (and machine) as JSON")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -79,8 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if side * side != args.configs:
         ap.error("--configs: a square number (a λ × η grid)")
     for d in args.devices.split(","):
-        if d.strip() != "all" and not (d.strip().isdigit() and int(d) > 0):
-            ap.error(f"--devices: positive integers or 'all', not {d!r}")
+        if d.strip() not in ("all", "default") and not (d.strip().isdigit() and int(d) > 0):
+            ap.error(f"--devices: positive integers, 'all' or 'default', not {d!r}")
     return args
 
 
@@ -165,7 +166,8 @@ def run_worker(label: str, args: argparse.Namespace, argv: list[str]) -> dict[st
     env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_CPU_DEVICES"}
     flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
     env["XLA_FLAGS"] = " ".join(flags)
-    env["RANKFLOW_CPU_DEVICES"] = label
+    if label != "default":
+        env["RANKFLOW_CPU_DEVICES"] = label
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         cmd = [sys.executable, "-m", "benchmarks.scaling", *argv, "--worker", label]
@@ -197,7 +199,8 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict
     for r in rows:
         t, t1 = r["times"], one["times"]
         busy = r["cores_busy"]["gd"]
-        cells = [f"{r['devices']} (RANKFLOW_CPU_DEVICES={r['label']})"]
+        how = "no flag" if r["label"] == "default" else f"RANKFLOW_CPU_DEVICES={r['label']}"
+        cells = [f"{r['devices']} ({how})"]
         for c in ("gd", "sde", "adaptive"):
             cells.append(f"{args.configs / t[c]:.1f} ({t1[c] / t[c]:.2f}×)")
         gd = flops / t["gd"] / 1e9
@@ -230,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     from rankflow.engine.devices import default_count
 
     labels = list(dict.fromkeys(d.strip() for d in args.devices.split(",")))
-    if "all" in labels:  # the count of 'all' runs once, as 'all'
+    if "default" in labels:  # the default is 'all': that count runs once, as 'default'
+        labels = [x for x in labels if x not in ("all", str(default_count()[0]))]
+    elif "all" in labels:  # the count of 'all' runs once, as 'all'
         labels = [x for x in labels if x != str(default_count()[0])]
     start = load_average()
     rows = [run_worker(label, args, argv) for label in labels]

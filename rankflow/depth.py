@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .observables import one_at_a_time
+from . import linalg
 
 __all__ = [
     "chain",
@@ -139,10 +139,10 @@ def init_depth_factors(
         return gauss
     k = min(m, n, *widths)
     if kind == "spectral":
-        U, _, Vt = jnp.linalg.svd(target, full_matrices=False)
+        U, _, Vt = linalg.svd(target)
         root = jnp.full((k,), scale, dtype) ** (1.0 / depth)
         return _balanced(U, root, Vt, widths, dtype)
-    U, S, Vt = jnp.linalg.svd(product(gauss), full_matrices=False)
+    U, S, Vt = linalg.svd(product(gauss))
     factors = _balanced(U, S[:k] ** (1.0 / depth), Vt, widths, dtype)
     if kind == "balanced":
         return factors
@@ -176,11 +176,6 @@ def depth_observable_names(depth: int) -> tuple[str, ...]:
     )
 
 
-@one_at_a_time
-def _singular_values(W: Float[Array, "m n"]) -> Float[Array, " m"]:
-    return jnp.linalg.svd(W, compute_uv=False)
-
-
 def depth_observables(
     factors: Sequence[Array], loss: Float[Array, ""], lam: Float[Array, ""], rank_tol: float
 ) -> dict[str, Array]:
@@ -194,7 +189,7 @@ def depth_observables(
     depth = len(factors)
     W = product(factors)
     k = min(*W.shape, *(Wj.shape[0] for Wj in factors[:-1]))
-    s = _singular_values(W)[:k]
+    s = linalg.svdvals(W)[:k]
     top = s[0]
     l2_penalty = 0.5 * sum(jnp.sum(Wj**2) for Wj in factors)
     keep = s > top * max(W.shape) * jnp.finfo(s.dtype).eps

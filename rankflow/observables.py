@@ -4,30 +4,22 @@ Names are the results-table columns. Singular values of ``W = ABᵀ`` come from 
 r×r core ``R_A R_Bᵀ`` of the thin QR factors when ``r < min(m, n)`` (exact by orthogonal
 invariance, and cheap), from ``W`` itself otherwise.
 
-On CPU the decompositions (QR, SVD, eigvalsh) of a vmapped batch run one matrix after
-another (:func:`one_at_a_time`). jaxlib's batched CPU LAPACK kernels split a large batch
-into tasks on XLA's intra-op thread pool and block that pool thread until the tasks are
-done; two such kernels at once on a 2-thread pool (e.g. the SVD of one save and the
-eigvalsh of another, which XLA may run concurrently) each wait for tasks that no free
-thread will run, and the program never returns (jax 0.10.2: seen in sweeps, benchmarks
-and tests on 2 cores). A single matrix is computed inline, so it cannot deadlock, and at
-the sizes of this suite it costs the same.
+On CPU the decompositions of a vmapped batch run one matrix after another
+(:func:`rankflow.linalg.one_at_a_time`: batched LAPACK kernels side by side deadlock
+XLA:CPU's thread pool).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+from .linalg import eigvalsh, one_at_a_time
 
 __all__ = [
     "OBSERVABLES",
     "num_singular_values",
     "observables",
-    "one_at_a_time",
     "singular_values",
 ]
 
@@ -54,31 +46,6 @@ def num_singular_values(m: int, n: int, r: int) -> int:
     return min(m, n, r)
 
 
-def one_at_a_time(fn: Callable) -> Callable:
-    """``fn`` whose ``vmap`` (on the CPU backend) maps it over the batch one element at a
-    time (``lax.map``) instead of batching its operations: for LAPACK decompositions,
-    which deadlock when batched (module docstring). Nested ``vmap``s nest the maps.
-    On other backends ``vmap`` batches as usual (cuSOLVER's batched kernels are fast)."""
-
-    @jax.custom_batching.custom_vmap
-    def wrapped(*args):
-        return fn(*args)
-
-    @wrapped.def_vmap
-    def _rule(axis_size, in_batched, *args):
-        args = [
-            a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a)))
-            for a, b in zip(args, in_batched, strict=True)
-        ]
-        if jax.default_backend() == "cpu":
-            out = jax.lax.map(lambda xs: wrapped(*xs), tuple(args))
-        else:
-            out = jax.vmap(fn)(*args)
-        return out, jax.tree.map(lambda _: True, out)
-
-    return functools.wraps(fn)(wrapped)
-
-
 @one_at_a_time
 def singular_values(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Array, " k"]:
     """Singular values of ``ABᵀ``, descending, ``k = min(m, n, r)`` of them."""
@@ -89,12 +56,6 @@ def singular_values(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Arr
         Rb = jnp.linalg.qr(B, mode="r")
         return jnp.linalg.svd(Ra @ Rb.T, compute_uv=False)
     return jnp.linalg.svd(A @ B.T, compute_uv=False)[: num_singular_values(m, n, r)]
-
-
-@one_at_a_time
-def eigvalsh(M: Float[Array, "r r"]) -> Float[Array, " r"]:
-    """Eigenvalues of the symmetric ``M``, ascending."""
-    return jnp.linalg.eigvalsh(M)
 
 
 def observables(

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from . import linalg
 from .config import ConfigError, load_callable
 
 __all__ = ["Problem", "check_custom_loss", "init_factors", "make_problem"]
@@ -82,8 +83,8 @@ class Problem:
             return {}
         m, n, k, N = self.m, self.n, self.rank, self.samples
         ku, kv, kx, ke = jax.random.split(key, 4)
-        U, _ = jnp.linalg.qr(_normal(ku, (m, k), dtype))
-        V, _ = jnp.linalg.qr(_normal(kv, (n, k), dtype))
+        U, _ = linalg.qr(_normal(ku, (m, k), dtype))
+        V, _ = linalg.qr(_normal(kv, (n, k), dtype))
         target = (U * s[None, :]) @ V.T
         if self.kind == "sensing":
             X = _normal(kx, (N, m, n), dtype)
@@ -98,7 +99,7 @@ class Problem:
         if self.kind == "regression":
             X = _normal(kx, (n, N), dtype)
             # Whiten: X ← √N (XXᵀ)^{-1/2} X, so that XXᵀ/N = I exactly (to rounding).
-            evals, evecs = jnp.linalg.eigh(X @ X.T)
+            evals, evecs = linalg.eigh(X @ X.T)
             X = jnp.sqrt(jnp.asarray(N, dtype)) * ((evecs / jnp.sqrt(evals)[None, :]) @ evecs.T) @ X
             Y = target @ X + noise * _normal(ke, (m, N), dtype)
             return {"target": target, "X": X, "Y": Y}
@@ -219,7 +220,7 @@ def _pad_columns(X: Array, r: int) -> Array:
 
 def _balanced_from(W: Float[Array, "m n"], r: int):
     """Balanced factors of ``W``'s best rank-r part: ``A = U√S``, ``B = V√S``."""
-    U, S, Vt = jnp.linalg.svd(W, full_matrices=False)
+    U, S, Vt = linalg.svd(W)
     root = jnp.sqrt(S)
     return _pad_columns(U * root[None, :], r), _pad_columns(Vt.T * root[None, :], r)
 
@@ -252,7 +253,7 @@ def init_factors(
     if kind == "gaussian":
         return A0, B0
     if kind == "spectral":
-        U, _, Vt = jnp.linalg.svd(data["target"], full_matrices=False)
+        U, _, Vt = linalg.svd(data["target"])
         root = jnp.sqrt(scale)
         return _pad_columns(U * root, r), _pad_columns(Vt.T * root, r)
     A, B = _balanced_from(A0 @ B0.T, r)

@@ -1,7 +1,8 @@
-"""CPU devices (issue #18): rankflow asks JAX for one CPU device, or one per physical
-core with ``RANKFLOW_CPU_DEVICES=all``, unless the user set the count (the variable,
-XLA's flag, JAX's config), never crashes when JAX started first, and gives the same
-tables with 1 and 2 devices for every kind of batch (fixed step, SDE, adaptive, attention)."""
+"""CPU devices (issue #18): rankflow asks JAX for one CPU device per physical core
+unless the user set the count (the variable, XLA's flag, JAX's config), never crashes
+when JAX started first, and gives the same tables with 1 and 2 devices for every kind of
+batch (fixed step, SDE, adaptive, attention); no batched decomposition is left to
+deadlock XLA:CPU's pool."""
 
 from __future__ import annotations
 
@@ -51,9 +52,10 @@ def _count(**env: str) -> tuple[int, str]:
     return int(n), source
 
 
-def test_the_default_is_one_device_and_all_is_one_per_physical_core():
+def test_the_default_and_all_are_one_device_per_physical_core():
     n, source = _count()
-    assert n == 1 and source.startswith("the default")
+    assert n == devices.default_count()[0] == devices.physical_cores()
+    assert source.startswith("the default: one per physical core")
     n, source = _count(RANKFLOW_CPU_DEVICES="all")
     assert n == devices.default_count()[0] == devices.physical_cores()
     assert source.startswith("RANKFLOW_CPU_DEVICES=all: one per physical core")
@@ -114,7 +116,7 @@ def test_a_bad_count_is_one_line_and_the_default_is_used():
     assert res.stderr == (
         "rankflow: RANKFLOW_CPU_DEVICES='two' is not a positive integer or 'all'; ignored\n"
     )
-    assert int(res.stdout.split(" | ")[0]) == 1
+    assert int(res.stdout.split(" | ")[0]) == devices.physical_cores()
 
 
 def test_requested_reads_rankflow_s_variable_then_xla_s_flag():
@@ -233,7 +235,8 @@ def test_the_one_at_a_time_rule_of_decompositions_is_cpu_only(monkeypatch, backe
     import jax
     import jax.numpy as jnp
 
-    from rankflow.observables import eigvalsh, singular_values
+    from rankflow.linalg import eigvalsh
+    from rankflow.observables import singular_values
 
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     A = jnp.ones((3, 5, 2))
@@ -243,3 +246,62 @@ def test_the_one_at_a_time_rule_of_decompositions_is_cpu_only(monkeypatch, backe
         str(jax.make_jaxpr(jax.vmap(eigvalsh))(M)),
     ):
         assert (" scan[" in text or " while[" in text) is loops, text
+
+
+DECOMPOSITIONS = {"svd", "qr", "eigh", "geqrf", "householder_product", "cholesky", "lu"}
+
+
+def _decomposition_operands(jaxpr) -> list[tuple[str, int]]:
+    """``(primitive, rank of its operand)`` of every decomposition in ``jaxpr`` and the
+    jaxprs nested in it (scan and map bodies, jit and custom_vmap calls)."""
+    import jax
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in DECOMPOSITIONS:
+            found.append((eqn.primitive.name, len(eqn.invars[0].aval.shape)))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    found += _decomposition_operands(sub.jaxpr)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    found += _decomposition_operands(sub)
+    return found
+
+
+@pytest.mark.parametrize(
+    "problem, init, depth",
+    [
+        ("regression", "imbalanced", 2),  # eigh whitening, QR target, SVD balancing
+        ("sensing", "spectral", 2),
+        ("completion", "balanced", 2),
+        ("regression", "imbalanced", 3),
+        ("sensing", "spectral", 3),
+    ],
+)
+def test_every_decomposition_of_a_vmapped_start_acts_on_one_matrix(problem, init, depth):
+    """With one CPU device per core, a batched LAPACK kernel deadlocks XLA:CPU's pool
+    (rankflow.linalg): the data and initialisation of a vmapped batch of runs must
+    decompose one matrix at a time (every decomposition's operand 2-d, inside a loop).
+    With ``jnp.linalg.svd`` in ``problems._balanced_from`` instead, the operand is 3-d."""
+    import jax
+
+    from rankflow import config as C
+    from rankflow.simulate import params_of, program_for
+
+    model = {"r": 4} if depth == 2 else {"depth": depth, "r": [5] * (depth - 1)}
+    cfg = {
+        "problem": {"kind": problem, "m": 6, "n": 5, "rank": 2, "samples": 30},
+        "init": {"kind": init, "imbalance": 0.5},
+        "model": model,
+        "dynamics": {"kind": "gd"},
+        "save": {"t1": 2.0, "num": 2},
+    }
+    point = C.expand(C.resolve(cfg))[0]
+    program = program_for(point)
+    one = program.typed(params_of(point, 0))
+    batch = jax.tree.map(lambda x: jax.numpy.stack([x, x, x]), one)
+    jaxpr = jax.make_jaxpr(jax.vmap(program.start))(batch).jaxpr
+    found = _decomposition_operands(jaxpr)
+    assert found, "no decomposition traced: the test no longer sees the init"
+    assert all(rank == 2 for _, rank in found), found

@@ -46,7 +46,7 @@ def head_observables(factors: Factors, rank_tol: float) -> dict[str, Array]:
     (the pairs in :data:`PAIRS` order, last), and ``"sv"`` ``S + (2, d_h)``.
 
     The heads are a ``vmap`` of the core's observables, whose decompositions run one
-    matrix at a time on CPU (:func:`rankflow.observables.one_at_a_time`: batched LAPACK
+    matrix at a time on CPU (:func:`rankflow.linalg.one_at_a_time`: batched LAPACK
     calls side by side deadlock XLA:CPU's pool; a vmapped batch of 4,032 heads did).
     """
     A = jnp.stack([factors[pair][0] for pair in PAIRS], axis=-3)  # S + (2, D, d_h)

@@ -1,4 +1,4 @@
-"""How many CPU devices JAX gives rankflow: one unless the user asks for more.
+"""How many CPU devices JAX gives rankflow: one per physical core unless the user says.
 
 XLA:CPU shows one device unless told otherwise, and a vmapped batch of small matrix
 products (rankflow's sweeps) runs on that device's one thread: one core of two sits idle
@@ -6,23 +6,23 @@ products (rankflow's sweeps) runs on that device's one thread: one core of two s
 one CPU device per core a sweep uses every core. The count is the user's where they set
 it, in this order:
 
-1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer), or ``RANKFLOW_CPU_DEVICES=all``: one
-   device per physical core this process may run on (the CPUs of its affinity mask,
-   ``os.sched_getaffinity``, counted once per core — hyperthreads share one — capped by
-   the cgroup CPU quota of containers and SLURM where one is set);
+1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer), or ``RANKFLOW_CPU_DEVICES=all``;
 2. ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (XLA's own flag);
 3. ``jax.config.update("jax_num_cpu_devices", N)`` before rankflow is imported (or
    ``JAX_NUM_CPU_DEVICES=N``);
-4. otherwise one device.
+4. otherwise (and for ``all``) one device per physical core this process may run on: the
+   CPUs of its affinity mask (``os.sched_getaffinity``), counted once per core —
+   hyperthreads share one — capped by the cgroup CPU quota of containers and SLURM where
+   one is set.
 
-Why not every core by default: on jax/jaxlib 0.10.2, when every thread of XLA:CPU's
-intra-op pool runs one device's program, a batched LAPACK kernel (``lapack_dgesdd_ffi``
-of a vmapped SVD, e.g. a balanced initialisation) splits its batch into pool tasks and
-waits for them with no free thread left to run them: the process sleeps for ever
-(observed with 2 devices on 2 cores in ``tests/test_mutants_noise.py``, both pool threads
-in ``jax::ParallelBatchMap``; benchmarks/README.md, "XLA:CPU deadlocks"). The
-observables' decompositions already avoid this (``observables.one_at_a_time``); until
-every batched decomposition does, more devices are the user's choice.
+Every decomposition in rankflow's traced programs runs one matrix at a time on CPU
+(:mod:`rankflow.linalg`): on jax/jaxlib 0.10.2 a batched LAPACK kernel (the vmap of an
+SVD) waits for pool tasks that no free thread runs once every thread of XLA:CPU's
+intra-op pool runs a device's program, and the process sleeps for ever (seen with 2
+devices on 2 cores before the initialisations went through ``rankflow.linalg``;
+benchmarks/README.md, "XLA:CPU deadlocks"). Code of the user's (a custom loss) that
+vmaps a decomposition of its own can still meet it: ``RANKFLOW_CPU_DEVICES=1`` is the
+way out.
 
 This concerns the CPU backend only: on a GPU or TPU host the accelerators are the
 devices, and ``JAX_PLATFORMS`` without ``cpu`` leaves the CPU count alone. If JAX's
@@ -190,7 +190,8 @@ def configure() -> CpuDevices:
         _SETTING = CpuDevices(preset, f"jax_num_cpu_devices={preset}, set before rankflow")
     else:
         if count is None:
-            count, source = 1, f"the default (one per physical core: {ENV}=all)"
+            count, why = default_count()
+            source = f"the default: {why}"
         try:
             jax.config.update("jax_num_cpu_devices", count)
         except RuntimeError:  # JAX's backends are running: the count can no longer change
