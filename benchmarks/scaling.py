@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(worker(args), f)
         return 0
     from rankflow.engine.devices import default_count
+    from rankflow.sysinfo import cpu_model
 
     labels = list(dict.fromkeys(d.strip() for d in args.devices.split(",")))
     if "default" in labels:  # the default is 'all': that count runs once, as 'default'
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in zip(labels, rows, strict=True):
         r["label"] = label
     info = {
-        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), "
+        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}, {cpu_model()}), "
         f"python {platform.python_version()}",
         "load_start": start,
         "load_end": load_average(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import store
@@ -100,6 +101,25 @@ def _cpu_devices() -> int | None:
         return None
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name and its widest vector ISA (XLA:CPU vectorises for it, so
+    float32 results can differ in the last bits between machines that differ here), or
+    the platform's processor string where ``/proc/cpuinfo`` cannot be read."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    fields = dict(
+        (k.strip(), v.strip())
+        for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    )
+    flags = set(fields.get("flags", "").split())
+    isa = next(
+        (f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "no x86 vector flags"
+    )
+    return f"{fields.get('model name', platform.processor() or 'unknown')} ({isa})"
+
+
 def info() -> dict[str, Any]:
     """Versions, devices (platform, kind, memory), x64, the compilation cache and the
     thread settings of this process, as a JSON-ready mapping."""
@@ -124,6 +144,7 @@ def info() -> dict[str, Any]:
         ],
         "x64": bool(jax.config.jax_enable_x64),
         "compilation_cache": compilation_cache_dir(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "usable_cpus": usable,
         "cpu_devices": _cpu_devices(),
@@ -159,7 +180,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"x64: {'on' if d['x64'] else 'off'} (configs turn it on with x64 = true)",
         f"compilation cache: {cache}",
         f"cpus: {d['cpus']} ({d['usable_cpus']} usable by this process, "
-        f"{d['physical_cores']} physical cores)",
+        f"{d['physical_cores']} physical cores): {d['cpu_model']}",
         f"CPU devices: {d['cpu_devices']}, by {d['cpu_devices_set_by']}"
         + ("" if cpu_devices.ENV in d["cpu_devices_set_by"] else f" ({cpu_devices.ENV}=N sets it)"),
     ]

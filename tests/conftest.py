@@ -32,3 +32,66 @@ def _release_programs_after_each_module():
 @pytest.fixture
 def key():
     return jax.random.PRNGKey(0)
+
+
+# Long tests of the default run moved to the slow set (``pytest -m slow`` runs them): on a
+# 2-core AVX2 machine (AMD EPYC, 2.45 GHz) the default run took 1,478 s, past the
+# 15-minute budget, against ~590 s on the faster 2-core machine it was sized on. Each
+# listed test took 8–40 s there, and a faster test of the same capability stays in the
+# default run: the core SIGKILL/resume and submitit tests for the attention ones, the
+# 1-against-2-device tables of tests/test_devices.py for 1 against 4, the attention T4
+# decay for its qk-bias control, a mutant of each family (test_mutants.py's GD balance,
+# depth, toy), the run goldens and compare_momentum's for the other goldens, three sims
+# examples, T4 on sensing for the other problems, the vmap-against-map program test.
+SLOW_ON_TWO_CORES = {
+    "tests/test_attention_sweep.py::test_sigkill_mid_sweep_then_resume_gives_exactly_the_uninterrupted_tables",
+    "tests/test_attention_sweep.py::test_submitit_local_executor_runs_a_two_job_array_into_one_directory",
+    "tests/test_results_dir.py::test_two_writers_at_once_one_is_refused_the_other_is_its_own_table",
+    "tests/test_results_dir.py::test_attention_load_warns_on_a_missing_chunk",
+    "tests/test_mutants.py::test_mutant_attention_rank",
+    "tests/test_mutants.py::test_mutant_balancing_momentum_flow",
+    "tests/test_mutants.py::test_mutant_balancing_stochastic_flow_mean",
+    "tests/test_attention.py::test_T4_fails_with_qk_biases",
+    "tests/test_attention.py::test_T5_one_gd_step_per_head",
+    "tests/test_sweep.py::test_one_and_four_devices_give_identical_tables",
+    "tests/test_sweep.py::test_compilation_cache_serves_a_new_process",
+    "tests/test_mutants_noise.py::test_mutant_noise[noise.sgd_step_mean]",
+    "tests/test_mutants_noise.py::test_mutant_noise[noise.t9_pathwise]",
+    "tests/test_mutants_discrete.py::test_mutant_discrete[discrete.sgf_mean]",
+    "tests/test_mutants_discrete.py::test_mutant_discrete[discrete.gd_order]",
+    "tests/test_mutants_discrete.py::test_mutant_discrete[discrete.sgf_floor]",
+    "tests/test_golden.py::test_tables_unchanged[compare-compare_sgd]",
+    "tests/test_golden.py::test_tables_unchanged[compare-compare_gd]",
+    "tests/test_golden.py::test_tables_unchanged[attention-balance_sgd]",
+    "tests/test_pretrained_verdict.py::test_random_init_fails_in_95_of_100_seeds",
+    "tests/test_dynamics.py::test_sgd_gaussian_without_noise_is_gd_and_sgf_without_noise_is_gradient_flow",
+    "tests/test_dynamics.py::test_sgd_with_the_full_batch_is_gd",
+    "tests/test_dynamics.py::test_same_seed_same_table_paths_differ_and_path_i_is_the_same_in_bigger_runs[dynamics1]",
+    "tests/test_compare_sme.py::test_T10_sgd_against_its_sme_weak_order_one",
+    "tests/test_compare.py::test_T6_sgf_and_sgd_gaussian_means_of_the_trace",
+    "tests/test_vit.py::test_a_tiny_run_reports_accuracy_in_the_loss_table",
+    "tests/test_inspect.py::test_memory_does_not_grow_with_the_checkpoint",
+    "tests/test_simulate.py::test_T4_balance_gap_decays_exactly_under_gradient_flow[completion]",
+    "tests/test_simulate.py::test_T4_balance_gap_decays_exactly_under_gradient_flow[regression]",
+    "tests/test_dynamics.py::test_same_seed_same_table_paths_differ_and_path_i_is_the_same_in_bigger_runs[dynamics0]",
+    "tests/test_compare.py::test_gd_compare_writes_documented_tables",
+    "tests/test_batching.py::test_strategies_agree_float64",
+    *(
+        f"tests/test_simulate.py::test_sims_examples_write_valid_tables[{name}]"
+        for name in (
+            "completion",
+            "compare_gd",
+            "compare_momentum",
+            "custom",
+            "demo",
+            "diagonal_flow",
+            "regression",
+        )
+    ),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in SLOW_ON_TWO_CORES:
+            item.add_marker(pytest.mark.slow)

@@ -79,3 +79,16 @@ def test_cuda_without_a_gpu_is_one_line_from_the_command():
     assert res.stderr.count("\n") == 1, res.stderr
     assert res.stderr.startswith("rankflow: error: JAX_PLATFORMS=cuda: JAX cannot start cuda")
     assert 'pip install "rankflow[cuda12]"' in res.stderr
+
+
+def test_cpu_model_names_the_widest_vector_isa(tmp_path):
+    """Float32 tables differ in their last bits between AVX2 and AVX-512 machines: the
+    report names which one a bug came from."""
+    from rankflow.sysinfo import cpu_model
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2\n")
+    assert cpu_model(str(info)) == "Some CPU (avx2)"
+    info.write_text("model name\t: Other\nflags\t\t: avx2 avx512f avx512bw\n")
+    assert cpu_model(str(info)) == "Other (avx512f)"
+    assert cpu_model(str(tmp_path / "missing")) != ""
