@@ -37,12 +37,13 @@ def key():
 # Long tests of the default run moved to the slow set (``pytest -m slow`` runs them): on a
 # 2-core AVX2 machine (AMD EPYC, 2.45 GHz) the default run took 1,478 s, past the
 # 15-minute budget, against ~590 s on the faster 2-core machine it was sized on. Each
-# listed test took 8–40 s there, and a faster test of the same capability stays in the
-# default run: the core SIGKILL/resume and submitit tests for the attention ones, the
-# 1-against-2-device tables of tests/test_devices.py for 1 against 4, the attention T4
-# decay for its qk-bias control, a mutant of each family (test_mutants.py's GD balance,
-# depth, toy), the run goldens and compare_momentum's for the other goldens, three sims
-# examples, T4 on sensing for the other problems, the vmap-against-map program test.
+# listed test took 8–40 s there. What stays in the default run for each: the core
+# SIGKILL/resume and submitit tests, the 1-against-2-device tables of test_devices.py,
+# T4 of the core engine (diagonal, sensing, custom, and its wrong-rate mutant), the
+# attention family's 40 other tests, the T3/T6 formulas of test_theory.py (T6 on
+# simulated runs is slow only), a mutant of each family (test_mutants.py's GD balance,
+# depth, toy), the run goldens and compare_momentum's, three sims examples, the
+# vmap-against-map program test.
 SLOW_ON_TWO_CORES = {
     "tests/test_attention_sweep.py::test_sigkill_mid_sweep_then_resume_gives_exactly_the_uninterrupted_tables",
     "tests/test_attention_sweep.py::test_submitit_local_executor_runs_a_two_job_array_into_one_directory",
@@ -76,6 +77,17 @@ SLOW_ON_TWO_CORES = {
     "tests/test_dynamics.py::test_same_seed_same_table_paths_differ_and_path_i_is_the_same_in_bigger_runs[dynamics0]",
     "tests/test_compare.py::test_gd_compare_writes_documented_tables",
     "tests/test_batching.py::test_strategies_agree_float64",
+    "tests/test_attention.py::test_T4_every_head_balances_exponentially_under_gradient_flow",
+    "tests/test_attention.py::test_cli_train_writes_tables_resumes_and_compiles_once",
+    "tests/test_dynamics.py::test_T6_sgf_mean_balance_trace_matches_theory_and_the_wrong_sign_fails",
+    "tests/test_dynamics.py::test_sde_strong_order_shark_above_euler_maruyama",
+    "tests/test_dynamics.py::test_momentum_flow_approaches_gradient_flow_like_one_over_mu",
+    "tests/test_sweep.py::test_chunked_equals_unchunked_and_pads_to_one_shape",
+    "tests/test_simulate.py::test_gd_table_equals_fixed_step_euler_flow_table",
+    "tests/test_simulate.py::test_T3_gradient_flow_reaches_the_nuclear_norm_minimiser_on_sensing",
+    "tests/test_depth.py::test_sweep_over_lambda_and_depth_compiles_once_per_depth",
+    "tests/test_vit.py::test_a_short_training_run_lowers_the_loss_and_beats_chance",
+    "tests/test_batching.py::test_choose_is_measured_once_and_cached",
     *(
         f"tests/test_simulate.py::test_sims_examples_write_valid_tables[{name}]"
         for name in (
