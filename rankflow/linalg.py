@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["eigh", "eigvalsh", "one_at_a_time", "qr", "qr_r", "svd", "svdvals"]
+__all__ = ["eigh", "eigvalsh", "one_at_a_time", "qr", "svd", "svdvals"]
 
 
 def one_at_a_time(fn: Callable) -> Callable:
@@ -69,12 +69,6 @@ def svdvals(W: Float[Array, "m n"]) -> Float[Array, " k"]:
 def qr(X: Float[Array, "m k"]) -> tuple[Array, Array]:
     """Reduced QR ``(Q, R)`` of ``X``."""
     return jnp.linalg.qr(X)
-
-
-@one_at_a_time
-def qr_r(X: Float[Array, "m k"]) -> Float[Array, "k k"]:
-    """The ``R`` factor of the reduced QR of ``X``."""
-    return jnp.linalg.qr(X, mode="r")
 
 
 @one_at_a_time
