@@ -163,7 +163,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_worker(label: str, args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_CPU_DEVICES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANKFLOW_CPU_DEVICES", "JAX_NUM_CPU_DEVICES")
+    }
     flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
     env["XLA_FLAGS"] = " ".join(flags)
     if label != "default":
