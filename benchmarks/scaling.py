@@ -18,6 +18,8 @@ scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
   float32), batched per device with the strategy ``rankflow.batching`` measures;
 - ``scan``: the hand-written, jitted, vmapped ``lax.scan`` of the GD update with the same
   observables (``benchmarks.fixed_step.reference_program``), its batch on one device;
+- ``scan_all``: the same program, its batch sharded over every device of the process
+  (left to jit's partitioner): what hand-written JAX reaches with the same cores;
 - the matmul peak: float32 ``jnp.dot`` of n × n squares (best over n), one product on
   one device (``dot``), and one product per device at once (``all devices``, a batch
   sharded over the devices and partitioned by jit: measured under load, ``shard_map``
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-CASES = ("gd", "sde", "adaptive", "scan")
+CASES = ("gd", "sde", "adaptive", "scan", "scan_all")
 RTOL, ATOL = 1e-6, 1e-8
 SIGMA = 0.01
 
@@ -123,6 +125,35 @@ def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> f
     return best
 
 
+def small_product_rate(configs: int, d: int, repeats: int = 5, chain: int = 500) -> float:
+    """GFLOP/s of the update's products alone: ``configs`` float32 d × d products at once
+    (a batch sharded over the process's devices, as rankflow shards a sweep), ``chain``
+    of them in a row inside one program (a ``fori_loop``, as a scan runs its steps), by an
+    orthogonal matrix so that nothing grows. The ceiling of the fixed-step update at this
+    size: its three products a step are of this shape, and it adds elementwise work."""
+    import jax
+    import jax.numpy as jnp
+
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("runs",))
+    where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    rng = np.random.default_rng(0)
+    q = np.linalg.qr(rng.standard_normal((configs, d, d)))[0].astype(np.float32)
+    x = jax.device_put(rng.standard_normal((configs, d, d)).astype(np.float32), where)
+    q = jax.device_put(q, where)
+
+    def products(x, q):
+        return jax.lax.fori_loop(0, chain, lambda _, z: jnp.einsum("bij,bjk->bik", z, q), x)
+
+    f = jax.jit(products)
+    f(x, q).block_until_ready()
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(x, q).block_until_ready()
+        ts.append(time.perf_counter() - t)
+    return configs * chain * 2 * d**3 / statistics.median(ts) / 1e9
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One process: every case at this process's device count."""
     import jax
@@ -132,12 +163,16 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from rankflow import config as config_lib
     from rankflow.engine import devices
 
-    cfgs = {c: sweep_config(args, c) for c in CASES if c != "scan"}
+    cfgs = {c: sweep_config(args, c) for c in CASES if not c.startswith("scan")}
     point = config_lib.expand(config_lib.resolve(fs.base_config(args, "gd")))[0]
     scan = fs.reference_program(point, "gd", None)
     params = fs.batch_params(point, args)
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("runs",))
+    spread = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    sharded = jax.device_put(params, spread)
     fns = {c: (lambda cfg=cfg: rankflow.run(cfg, quiet=True)) for c, cfg in cfgs.items()}
     fns["scan"] = lambda: scan(params)
+    fns["scan_all"] = lambda: scan(sharded)
     first, runs, cores = {}, {c: [] for c in fns}, {c: [] for c in fns}
     for c, fn in fns.items():
         t = time.perf_counter()
@@ -157,6 +192,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "spread": {c: [min(v), max(v)] for c, v in runs.items()},
         "cores_busy": {c: statistics.median(v) for c, v in cores.items()},
         "compile": {c: max(0.0, first[c] - times[c]) for c in fns},
+        "small_products": small_product_rate(args.configs, args.dim),
         "peak_dot": matmul_peak(False),
         "peak_all": matmul_peak(True),
     }
@@ -197,9 +233,11 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict
     print(
         "| devices (set by) | GD configs/s (× 1 device) | SDE configs/s (×) "
         "| adaptive configs/s (×) | GD: cores busy | hand-written scan, 1 device, configs/s "
-        "| GD GFLOP/s (of peak) | matmul peak GFLOP/s: one dot, one per device |"
+        "| GD GFLOP/s (of peak) | hand-written scan, every device: GFLOP/s (of peak) "
+        "| d × d products alone, every device: GFLOP/s (of peak) "
+        "| matmul peak GFLOP/s: one dot, one per device |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         t, t1 = r["times"], one["times"]
         busy = r["cores_busy"]["gd"]
@@ -207,11 +245,13 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict
         cells = [f"{r['devices']} ({how})"]
         for c in ("gd", "sde", "adaptive"):
             cells.append(f"{args.configs / t[c]:.1f} ({t1[c] / t[c]:.2f}×)")
-        gd = flops / t["gd"] / 1e9
+        gd, hand, alone = flops / t["gd"] / 1e9, flops / t["scan_all"] / 1e9, r["small_products"]
         cells += [
             f"{busy:.2f}",
             f"{args.configs / t['scan']:.1f}",
             f"{gd:.0f} ({gd / peak:.0%})",
+            f"{hand:.0f} ({hand / peak:.0%})",
+            f"{alone:.0f} ({alone / peak:.0%})",
             f"{r['peak_dot']:.0f}, {r['peak_all']:.0f}",
         ]
         print("| " + " | ".join(cells) + " |")
@@ -223,7 +263,9 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace, info: dict
     print(
         f"of peak: the GD sweep's update rate (6·d³ flops a step and configuration, "
         f"observables and table not counted) over the best matmul rate of the run "
-        f"({peak:.0f} GFLOP/s)."
+        f"({peak:.0f} GFLOP/s); likewise the hand-written scan with its batch sharded "
+        f"over the process's devices, and {args.configs} d × d products at once (one a "
+        f"configuration), 500 in a row: the update's products alone, its ceiling."
     )
 
 

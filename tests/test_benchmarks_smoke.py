@@ -1,9 +1,11 @@
 """``python -m benchmarks.device`` on this machine's backend, as its own smoke test
 (issue #18): its tables agree with one CPU device's, it says so, and a table that
-differs is caught (exit status 1)."""
+differs is caught (exit status 1). ``python -m benchmarks.scaling --quick`` runs each
+device count in its own process and reports every column (slow: about a minute)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,6 +45,31 @@ def test_device_script_every_part():
     res = _device()
     assert res.returncode == 0, res.stdout + res.stderr
     assert "all agree" in res.stdout and "attention training: " in res.stdout
+
+
+@pytest.mark.slow
+def test_scaling_script_runs_each_device_count_and_reports_every_column(tmp_path):
+    out = tmp_path / "scaling.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scaling", "--quick", "--devices", "1,2"]
+        + ["--repeats", "1", "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["devices"] for r in rows] == [1, 2]
+    for r in rows:
+        assert set(r["times"]) == {"gd", "sde", "adaptive", "scan", "scan_all"}
+        assert all(t > 0 for t in r["times"].values())
+        assert r["small_products"] > 0 and r["peak_dot"] > 0 and r["peak_all"] > 0
+    table = [line for line in res.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 3 and all(line.count("|") == 11 for line in table)
+    assert "hand-written scan, every device" in table[0]
 
 
 def _tables():
