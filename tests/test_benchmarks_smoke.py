@@ -20,16 +20,21 @@ from benchmarks import device
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _device(*args: str) -> subprocess.CompletedProcess:
+def _script(module: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m module args`` from the checkout, its output captured."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.device", "--quick", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+def _device(*args: str) -> subprocess.CompletedProcess:
+    return _script("benchmarks.device", "--quick", *args)
 
 
 def test_device_script_core_sweep_and_gf_update():
@@ -50,15 +55,8 @@ def test_device_script_every_part():
 @pytest.mark.slow
 def test_scaling_script_runs_each_device_count_and_reports_every_column(tmp_path):
     out = tmp_path / "scaling.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scaling", "--quick", "--devices", "1,2"]
-        + ["--repeats", "1", "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    res = _script(
+        "benchmarks.scaling", "--quick", "--devices", "1,2", "--repeats", "1", "--json", str(out)
     )
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())["rows"]
