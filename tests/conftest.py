@@ -88,6 +88,9 @@ SLOW_ON_TWO_CORES = {
     "tests/test_depth.py::test_sweep_over_lambda_and_depth_compiles_once_per_depth",
     "tests/test_vit.py::test_a_short_training_run_lowers_the_loss_and_beats_chance",
     "tests/test_batching.py::test_choose_is_measured_once_and_cached",
+    # 10 s of 828 in the default run of 2026-12-02; test_dynamics.py's
+    # test_sweep_over_sigma_and_mu_compiles_once keeps compile-once in the default run.
+    "tests/test_sweep.py::test_200_config_sweep_compiles_each_structure_once",
     *(
         f"tests/test_simulate.py::test_sims_examples_write_valid_tables[{name}]"
         for name in (
