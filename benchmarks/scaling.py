@@ -20,6 +20,8 @@ scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
   observables (``benchmarks.fixed_step.reference_program``), its batch on one device;
 - ``scan_all``: the same program, its batch sharded over every device of the process
   (left to jit's partitioner): what hand-written JAX reaches with the same cores;
+- the products alone: ``--configs`` float32 d × d products at once, sharded likewise, 500
+  in a row in one program (``small_product_rate``): the update's ceiling at this size;
 - the matmul peak: float32 ``jnp.dot`` of n × n squares (best over n), one product on
   one device (``dot``), and one product per device at once (``all devices``, a batch
   sharded over the devices and partitioned by jit: measured under load, ``shard_map``
@@ -104,6 +106,15 @@ def sweep_config(args: argparse.Namespace, case: str) -> dict[str, Any]:
     return cfg
 
 
+def batch_sharding(k: int | None = None):
+    """A batch's leading axis split over the first ``k`` devices (default: all of them)."""
+    import jax
+
+    devices = jax.devices()[:k]
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+
+
 def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> float:
     """GFLOP/s of float32 n × n products, best over ``sizes``: one product on one device,
     or (``per_device``) one per device at once (a batch sharded over the devices, left
@@ -114,8 +125,7 @@ def matmul_peak(per_device: bool, sizes=(256, 512, 1024), repeats: int = 5) -> f
     from benchmarks.peers import product_rate
 
     k = jax.device_count() if per_device else 1
-    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:k]), ("runs",))
-    where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    where = batch_sharding(k)
     best = 0.0
     for n in sizes:
         a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (k, n, n)), where)
@@ -134,8 +144,7 @@ def small_product_rate(configs: int, d: int, repeats: int = 5, chain: int = 500)
     import jax
     import jax.numpy as jnp
 
-    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("runs",))
-    where = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
+    where = batch_sharding()
     rng = np.random.default_rng(0)
     q = np.linalg.qr(rng.standard_normal((configs, d, d)))[0].astype(np.float32)
     x = jax.device_put(rng.standard_normal((configs, d, d)).astype(np.float32), where)
@@ -167,9 +176,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     point = config_lib.expand(config_lib.resolve(fs.base_config(args, "gd")))[0]
     scan = fs.reference_program(point, "gd", None)
     params = fs.batch_params(point, args)
-    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("runs",))
-    spread = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-    sharded = jax.device_put(params, spread)
+    sharded = jax.device_put(params, batch_sharding())
     fns = {c: (lambda cfg=cfg: rankflow.run(cfg, quiet=True)) for c, cfg in cfgs.items()}
     fns["scan"] = lambda: scan(params)
     fns["scan_all"] = lambda: scan(sharded)
