@@ -20,6 +20,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from . import linalg
+from .observables import rank_columns
+from .theory import depth_balances
+from .theory import product as factors_product
 
 __all__ = [
     "chain",
@@ -46,10 +49,7 @@ def product(theta) -> Float[Array, "m n"]:
     if len(theta) == 2:
         A, B = theta
         return A @ B.T
-    W = theta[0]
-    for Wj in theta[1:]:
-        W = Wj @ W
-    return W
+    return factors_product(theta)
 
 
 def shape_of(theta) -> tuple[int, int]:
@@ -195,9 +195,6 @@ def depth_observables(
     keep = s > top * max(W.shape) * jnp.finfo(s.dtype).eps
     schatten = 0.5 * depth * jnp.sum(jnp.where(keep, jnp.where(keep, s, 1.0) ** (2.0 / depth), 0.0))
     nuclear = jnp.sum(s)
-    total = jnp.where(nuclear > 0, nuclear, 1.0)
-    p = s / total
-    entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
     out = {
         "loss": loss,
         "l2_loss": loss + lam * l2_penalty,
@@ -208,11 +205,6 @@ def depth_observables(
         "schatten_gap": l2_penalty - schatten,
         "nuclear_norm": nuclear,
     }
-    for j in range(depth - 1):
-        D = factors[j + 1].T @ factors[j + 1] - factors[j] @ factors[j].T
-        out[f"balance_gap_{j + 1}"] = jnp.sqrt(jnp.sum(D**2))
-    out["effective_rank"] = jnp.where(nuclear > 0, jnp.exp(entropy), 0.0)
-    out["stable_rank"] = jnp.where(top > 0, jnp.sum(s**2) / jnp.where(top > 0, top, 1.0) ** 2, 0.0)
-    out["rank"] = jnp.sum(s > rank_tol * top).astype(s.dtype)
-    out["sv"] = s
-    return out
+    for j, D in enumerate(depth_balances(factors), 1):
+        out[f"balance_gap_{j}"] = jnp.sqrt(jnp.sum(D**2))
+    return out | rank_columns(s, rank_tol)

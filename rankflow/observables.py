@@ -81,10 +81,6 @@ def observables(
     D = gram_a - gram_b
     gap = jnp.sqrt(jnp.sum(D**2))
     scale = 0.5 * (jnp.sqrt(jnp.sum(gram_a**2)) + jnp.sqrt(jnp.sum(gram_b**2)))
-    total = jnp.where(nuclear > 0, nuclear, 1.0)
-    p = s / total
-    entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
-    top = s[0]
     return {
         "loss": loss,
         "l2_loss": loss + lam * l2_penalty,
@@ -96,7 +92,18 @@ def observables(
         "balance_trace": jnp.sum(A**2) - jnp.sum(B**2),
         "balance_nuclear": jnp.sum(jnp.abs(eigvalsh(D))),
         "balance_gap_rel": jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), 0.0),
-        # A zero matrix has effective, stable and numerical rank 0.
+        **rank_columns(s, rank_tol),
+    }
+
+
+def rank_columns(s: Float[Array, " k"], rank_tol: float) -> dict[str, Array]:
+    """The columns of a spectrum ``s`` (descending) alone, at every depth:
+    ``effective_rank`` = exp(entropy of s/Σs), ``stable_rank`` = Σs²/s_1², ``rank`` = the
+    number of s_i > rank_tol·s_1, and ``sv`` = s. A zero matrix has all three ranks 0."""
+    nuclear, top = jnp.sum(s), s[0]
+    p = s / jnp.where(nuclear > 0, nuclear, 1.0)
+    entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
+    return {
         "effective_rank": jnp.where(nuclear > 0, jnp.exp(entropy), 0.0),
         "stable_rank": jnp.where(top > 0, jnp.sum(s**2) / jnp.where(top > 0, top, 1.0) ** 2, 0.0),
         "rank": jnp.sum(s > rank_tol * top).astype(s.dtype),
