@@ -17,6 +17,7 @@ import rankflow.attention as ra
 from rankflow import ConfigError, cli, theory
 from rankflow.attention import config as C
 from rankflow.attention.optimizers import group_tree, per_leaf_lam
+from rankflow.attention.tables import ablation_markdown, ablation_table
 from rankflow.attention.tasks import corpus, make_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -451,6 +452,13 @@ def test_cli_train_writes_tables_resumes_and_compiles_once(tmp_path, capsys):
         png = tmp_path / f"{figure}.png"
         assert cli.main(["attention", "plot", figure, str(out), "--out", str(png)]) == 0
         assert png.stat().st_size > 10_000
+    md = tmp_path / "ablation.md"
+    plot = ["attention", "plot", "ablation", str(out), "--out", str(png), "--table", str(md)]
+    assert cli.main(plot) == 0
+    lines = md.read_text().splitlines()  # header, rule, decay on all (λ = 0.5), off (λ = 0)
+    assert len(lines) == 4 and lines[0].startswith("| weight decay | λ_qk | λ_vo | seeds |")
+    assert re.match(r"\| decay on all \| 0.5 \| 0.5 \| 2 \| \d\.\d{3} ± \d\.\d{3} \|", lines[2])
+    assert lines[3].startswith("| off attention | 0 | 0 | 2 | ")
     assert cli.main(["attention", "plot", "rank", str(out), str(out), "--out", "x.png"]) == 2
 
 
@@ -492,13 +500,10 @@ def test_attention_figures_from_tables(tmp_path):
     loss = loss.assign(val_loss=rng.normal(2, 0.1, len(loss)), train_loss=2.0)
     loss = pd.concat([loss, loss.assign(**{"train.lam_vo": 0.0, "run_id": loss.run_id + 4})])
     plots.attention_ablation_figure(loss, tmp_path / "ablation.png")
-    table = plots.attention_ablation_table(loss)
-    assert list(table["variant"]) == [
-        "decay on all",
-        "off attention (qk and vo)",
-        "off value–output only",
-    ]
+    table = ablation_table(loss)
+    assert list(table["variant"]) == ["decay on all", "off attention", "off value–output"]
+    assert list(table.columns[:4]) == ["variant", "lam_qk", "lam_vo", "seeds"]
     assert (table["seeds"] == 2).all()
-    assert "±" in plots.attention_ablation_markdown(loss)
+    assert "±" in ablation_markdown(loss)
     for name in ("rank", "balance", "ablation"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000

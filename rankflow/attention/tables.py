@@ -28,6 +28,9 @@ import pandas as pd
 
 __all__ = [
     "VARIANTS",
+    "ablation_markdown",
+    "ablation_table",
+    "by_variant",
     "contrast_table",
     "decay_label",
     "dh_finals",
@@ -114,20 +117,45 @@ def summarize(finals: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def by_variant(finals: pd.DataFrame) -> pd.DataFrame:
+    """Rows of runs with their ablation ``variant`` (:func:`variant_label` of their
+    ``train.lam_qk``, ``train.lam_vo``), ordered as :data:`VARIANTS` (stable)."""
+    labels = [variant_label(a, b) for a, b in zip(finals["train.lam_qk"], finals["train.lam_vo"])]
+    order = {v: i for i, v in enumerate(VARIANTS.values())}
+    out = finals.assign(variant=labels)
+    return out.sort_values("variant", key=lambda s: s.map(order), kind="stable")
+
+
 def contrast_table(tasks: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:
     """The weight-decay ablation of several tasks as one table: ``{task: (loss, heads)}``
     → per task and variant (decay on all, off attention, off key–query, off
     value–output) the :func:`summarize` columns, with ``task`` and ``variant``."""
     parts = []
     for task, (loss, heads) in tasks.items():
-        fin = run_finals(loss, heads, ["train.lam_qk", "train.lam_vo"])
-        fin["variant"] = [
-            variant_label(a, b) for a, b in zip(fin["train.lam_qk"], fin["train.lam_vo"])
-        ]
-        order = {v: i for i, v in enumerate(VARIANTS.values())}
-        fin = fin.sort_values("variant", key=lambda s: s.map(order), kind="stable")
+        fin = by_variant(run_finals(loss, heads, ["train.lam_qk", "train.lam_vo"]))
         parts.append(summarize(fin, ["variant"]).assign(task=task))
     return pd.concat(parts, ignore_index=True)
+
+
+def ablation_table(loss: pd.DataFrame) -> pd.DataFrame:
+    """The weight-decay ablation of one ``loss`` table (``sims/attention/ablation.toml``):
+    per variant present, ``lam_qk`` and ``lam_vo`` (its first run's) and the
+    :func:`summarize` columns of each run's losses (and accuracies) at its last step."""
+    fin = by_variant(_last(loss))
+    lams = fin.groupby("variant", sort=False)[["train.lam_qk", "train.lam_vo"]].first()
+    out = summarize(fin, ["variant"])
+    out.insert(1, "lam_qk", lams["train.lam_qk"].to_numpy(float))
+    out.insert(2, "lam_vo", lams["train.lam_vo"].to_numpy(float))
+    return out
+
+
+def ablation_markdown(loss: pd.DataFrame) -> str:
+    """:func:`ablation_table` as a markdown table (mean ± std over seeds)."""
+    steps = int(loss["t"].max())
+    keys = {"variant": "weight decay", "lam_qk": "λ_qk", "lam_vo": "λ_vo"}
+    values = {"val_loss": f"validation loss at step {steps}"}
+    values["train_loss"] = f"training loss at step {steps}"
+    return markdown(ablation_table(loss), keys, values)
 
 
 def lambda_summary(loss: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:

@@ -89,6 +89,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .. import plots
     from ..attention import load
     from ..attention.sweep import validation_baseline
+    from ..attention.tables import ablation_markdown
 
     with warnings_as_lines():
         tables = [load(d) for d in args.results]
@@ -102,7 +103,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         baseline = validation_baseline(args.results[0])
         plots.attention_ablation_figure(tables[0].loss, args.out, baseline=baseline)
         if args.table:
-            Path(args.table).write_text(plots.attention_ablation_markdown(tables[0].loss))
+            Path(args.table).write_text(ablation_markdown(tables[0].loss))
             print(f"table → {args.table}")
     print(f"figure → {args.out}")
     return 0

@@ -17,8 +17,6 @@ do not draw); ``common`` holds axis text, colours, medians over runs and
 
 from . import attention, core, inspect, inspect_series, noise, rebuttal, reproduce
 from .attention import attention_ablation_figure as attention_ablation_figure
-from .attention import attention_ablation_markdown as attention_ablation_markdown
-from .attention import attention_ablation_table as attention_ablation_table
 from .attention import attention_balance_figure as attention_balance_figure
 from .attention import attention_rank_figure as attention_rank_figure
 from .common import DPI as DPI

@@ -11,12 +11,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..attention.tables import by_variant
 from .common import axis_label, draw_median, fmt_value, mask_log, ok_values, palette, save_figure
 
 __all__ = [
     "attention_ablation_figure",
-    "attention_ablation_markdown",
-    "attention_ablation_table",
     "attention_balance_figure",
     "attention_rank_figure",
 ]
@@ -28,13 +27,6 @@ _ATTENTION_KINDS = {
     "momentum": "momentum",
     "adamw": "AdamW",
     "gradient_flow": "gradient flow",
-}
-# The weight-decay variants of the ablation, by whether λ_qk, λ_vo are > 0.
-_VARIANTS = {
-    (True, True): "decay on all",
-    (False, False): "off attention (qk and vo)",
-    (False, True): "off key–query only",
-    (True, False): "off value–output only",
 }
 
 
@@ -233,60 +225,6 @@ def attention_balance_figure(
     return fig
 
 
-def _variant_labels(loss: pd.DataFrame) -> pd.Series:
-    on_qk = loss["train.lam_qk"].astype(float) > 0
-    on_vo = loss["train.lam_vo"].astype(float) > 0
-    return pd.Series(
-        [_VARIANTS[(bool(a), bool(b))] for a, b in zip(on_qk, on_vo, strict=True)],
-        index=loss.index,
-    )
-
-
-def attention_ablation_table(loss: pd.DataFrame) -> pd.DataFrame:
-    """Final validation (and training) loss of each weight-decay variant of a ``loss``
-    table: mean and standard deviation (ddof 1) over seeds at the last step. Variants
-    by which of λ_qk, λ_vo are > 0: decay on all, off attention, off key–query only,
-    off value–output only."""
-    df = _last_step_rows(loss.reset_index(drop=True))
-    df = df.assign(variant=_variant_labels(df))
-    rows = []
-    for name in _VARIANTS.values():
-        d = df[df["variant"] == name]
-        if not len(d):
-            continue
-        rows.append(
-            {
-                "variant": name,
-                "lam_qk": float(d["train.lam_qk"].iloc[0]),
-                "lam_vo": float(d["train.lam_vo"].iloc[0]),
-                "seeds": int(d["seed"].nunique()),
-                "val_loss_mean": float(d["val_loss"].mean()),
-                "val_loss_std": float(d["val_loss"].std(ddof=1)) if len(d) > 1 else np.nan,
-                "train_loss_mean": float(d["train_loss"].mean()),
-                "train_loss_std": float(d["train_loss"].std(ddof=1)) if len(d) > 1 else np.nan,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def attention_ablation_markdown(loss: pd.DataFrame) -> str:
-    """:func:`attention_ablation_table` as a markdown table (mean ± std over seeds)."""
-    table = attention_ablation_table(loss)
-    steps = int(loss["t"].max())
-    lines = [
-        f"| weight decay | λ_qk | λ_vo | seeds | validation loss at step {steps} "
-        f"| training loss at step {steps} |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in table.itertuples():
-        lines.append(
-            f"| {r.variant} | {r.lam_qk:g} | {r.lam_vo:g} | {r.seeds} "
-            f"| {r.val_loss_mean:.4f} ± {r.val_loss_std:.4f} "
-            f"| {r.train_loss_mean:.4f} ± {r.train_loss_std:.4f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def attention_ablation_figure(
     loss: pd.DataFrame,
     out_path: str | Path | None = None,
@@ -295,15 +233,16 @@ def attention_ablation_figure(
 ) -> Figure:
     """The weight-decay ablation of a ``loss`` table (``rankflow.attention``):
 
-    (a) validation loss against the step for each variant (decay on all, off attention,
-        off key–query only, off value–output only): mean over seeds, band ± one
-        standard deviation; dashed, ``baseline`` when given (char_lm: the unigram
+    (a) validation loss against the step for each variant (``attention.tables.VARIANTS``:
+        decay on all, off attention, off key–query, off value–output): mean over seeds,
+        band ± one standard deviation; dashed, ``baseline`` when given (char_lm: the unigram
         entropy of the validation split, the loss of a context-free prediction);
     (b) the final validation loss of each variant: every seed (dots) and mean ± std.
     """
     df = loss.reset_index(drop=True)
-    df = df.assign(variant=_variant_labels(df), val=ok_values(df, "val_loss"))
-    names = [v for v in _VARIANTS.values() if (df["variant"] == v).any()]
+    df = by_variant(df)
+    df = df.assign(val=ok_values(df, "val_loss"))
+    names = list(dict.fromkeys(df["variant"]))
     colors = palette(len(names), numeric=False)
     fig = Figure(figsize=(14, 5.2), layout="constrained")
     ax_a, ax_b = fig.subplots(1, 2, width_ratios=(1.6, 1))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..attention.tables import ablation_table
 from ._common import Claim, Context, fmt, run_attention, validate_attention, verdict
 
 NAME = "attention"
@@ -151,7 +152,7 @@ def run_experiment(ctx: Context) -> None:
 
     abl = run_attention(ctx, "attention_ablation")
     ctx.table("attention_ablation_loss", abl.loss)
-    table = plots.attention_ablation_table(abl.loss)
+    table = ablation_table(abl.loss)
     ctx.table("attention_ablation", table)
     plots.attention_ablation_figure(abl.loss, ctx.figures / "attention_ablation.png")
     t = table.set_index("variant")
