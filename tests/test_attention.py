@@ -17,7 +17,7 @@ import rankflow.attention as ra
 from rankflow import ConfigError, cli, theory
 from rankflow.attention import config as C
 from rankflow.attention.optimizers import group_tree, per_leaf_lam
-from rankflow.attention.tables import ablation_markdown, ablation_table
+from rankflow.attention.tables import ablation_markdown, ablation_table, by_variant
 from rankflow.attention.tasks import corpus, make_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -499,7 +499,9 @@ def test_attention_figures_from_tables(tmp_path):
     loss = heads[(heads["layer"] == 0) & (heads["head"] == 0) & (heads["pair"] == "qk")]
     loss = loss.assign(val_loss=rng.normal(2, 0.1, len(loss)), train_loss=2.0)
     loss = pd.concat([loss, loss.assign(**{"train.lam_vo": 0.0, "run_id": loss.run_id + 4})])
-    plots.attention_ablation_figure(loss, tmp_path / "ablation.png")
+    plots.attention_ablation_figure(by_variant(loss), tmp_path / "ablation.png")
+    with pytest.raises(ValueError, match="variant"):
+        plots.attention_ablation_figure(loss)
     table = ablation_table(loss)
     assert list(table["variant"]) == ["decay on all", "off attention", "off value–output"]
     assert list(table.columns[:4]) == ["variant", "lam_qk", "lam_vo", "seeds"]

@@ -89,7 +89,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .. import plots
     from ..attention import load
     from ..attention.sweep import validation_baseline
-    from ..attention.tables import ablation_markdown
+    from ..attention.tables import ablation_markdown, by_variant
 
     with warnings_as_lines():
         tables = [load(d) for d in args.results]
@@ -101,7 +101,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         plots.attention_balance_figure([t.heads for t in tables], args.out)
     else:
         baseline = validation_baseline(args.results[0])
-        plots.attention_ablation_figure(tables[0].loss, args.out, baseline=baseline)
+        loss = by_variant(tables[0].loss)
+        plots.attention_ablation_figure(loss, args.out, baseline=baseline)
         if args.table:
             Path(args.table).write_text(ablation_markdown(tables[0].loss))
             print(f"table → {args.table}")

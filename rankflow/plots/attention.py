@@ -11,7 +11,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..attention.tables import by_variant
 from .common import axis_label, draw_median, fmt_value, mask_log, ok_values, palette, save_figure
 
 __all__ = [
@@ -231,16 +230,18 @@ def attention_ablation_figure(
     *,
     baseline: float | None = None,
 ) -> Figure:
-    """The weight-decay ablation of a ``loss`` table (``rankflow.attention``):
+    """The weight-decay ablation of a ``loss`` table (``rankflow.attention``) whose rows
+    carry their ``variant`` (``rankflow.attention.tables.by_variant``: decay on all, off
+    attention, off key–query, off value–output), drawn in the order of the rows:
 
-    (a) validation loss against the step for each variant (``attention.tables.VARIANTS``:
-        decay on all, off attention, off key–query, off value–output): mean over seeds,
-        band ± one standard deviation; dashed, ``baseline`` when given (char_lm: the unigram
+    (a) validation loss against the step for each variant: mean over seeds, band ± one
+        standard deviation; dashed, ``baseline`` when given (char_lm: the unigram
         entropy of the validation split, the loss of a context-free prediction);
     (b) the final validation loss of each variant: every seed (dots) and mean ± std.
     """
+    if "variant" not in loss.columns:
+        raise ValueError("loss: needs a 'variant' column (rankflow.attention.tables.by_variant)")
     df = loss.reset_index(drop=True)
-    df = by_variant(df)
     df = df.assign(val=ok_values(df, "val_loss"))
     names = list(dict.fromkeys(df["variant"]))
     colors = palette(len(names), numeric=False)

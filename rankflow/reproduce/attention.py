@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..attention.tables import ablation_table
+from ..attention.tables import ablation_table, by_variant
 from ._common import Claim, Context, fmt, run_attention, validate_attention, verdict
 
 NAME = "attention"
@@ -154,7 +154,7 @@ def run_experiment(ctx: Context) -> None:
     ctx.table("attention_ablation_loss", abl.loss)
     table = ablation_table(abl.loss)
     ctx.table("attention_ablation", table)
-    plots.attention_ablation_figure(abl.loss, ctx.figures / "attention_ablation.png")
+    plots.attention_ablation_figure(by_variant(abl.loss), ctx.figures / "attention_ablation.png")
     t = table.set_index("variant")
     rows = [
         f"{v}: {t.loc[v, 'val_loss_mean']:.4f} ± {t.loc[v, 'val_loss_std']:.4f}" for v in t.index
