@@ -58,9 +58,7 @@ from .vocabulary import (
     NOISE_MODELS,
     NOISE_MODELS_OF,
     ODE_METHODS,
-    PID_DEFAULTS,
     PROBLEM_KINDS,
-    SCHEDULES,
     SDE_DYNAMICS,
     SDE_METHODS,
     SIGMA_DYNAMICS,
@@ -170,23 +168,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             optional=True,
         ),
         "paths": Field(INT, 1, "Monte Carlo paths (stochastic dynamics)", ge(1)),
-        "schedule": Field(
-            STR,
-            "constant",
-            "learning-rate schedule η(t) = η·s(t) of optimizers and flows alike: constant, "
-            "warmup_cosine (linear warmup from 0, then cosine to final_fraction·η at "
-            "save.t1), linear (the same warmup, then a straight line); step k uses η(k)",
-            choice(SCHEDULES),
-        ),
-        "warmup": Field(
-            NUM, None, "warmup steps w of a schedule (default 0), in [0, save.t1]", optional=True
-        ),
-        "final_fraction": Field(
-            NUM,
-            None,
-            "a schedule's η at save.t1 over the peak η, in [0, 1] (default 0)",
-            optional=True,
-        ),
+        **schema_lib.schedule_fields("save.t1"),
     },
     "solver": {
         "method": Field(
@@ -206,13 +188,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "dt": Field(
             NUM, 1.0, "step of fixed-step solves (adaptive solves choose their own)", gt(0)
         ),
-        "rtol": Field(NUM, 1e-6, "relative tolerance (adaptive)", gt(0)),
-        "atol": Field(NUM, 1e-8, "absolute tolerance (adaptive)", gt(0)),
-        "pcoeff": Field(
-            NUM, PID_DEFAULTS["pcoeff"], "adaptive: PID step-size controller's P", ge(0)
-        ),
-        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], "adaptive: its I coefficient", gt(0)),
-        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], "adaptive: its D coefficient", ge(0)),
+        **schema_lib.solver_fields("adaptive"),
         "max_steps": Field(INT, 100_000, "step budget of one solve", ge(1)),
         "diverge_norm": Field(
             NUM, 1e6, "a run whose max |entry| of A or B exceeds this is marked diverged", gt(0)

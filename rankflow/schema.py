@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .vocabulary import PID_DEFAULTS, SCHEDULES
+
 __all__ = [
     "BOOL",
     "INT",
@@ -143,6 +145,45 @@ def top_fields(seed_help: str) -> dict[str, Field]:
         "seed": Field(INT, 0, seed_help, seed_range),
         "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
         "name": Field(STR, "", "free-form experiment name, copied to config.json"),
+    }
+
+
+def solver_fields(scope: str) -> dict[str, Field]:
+    """The adaptive solver's keys of every family's ``solver`` section: tolerances and the
+    PID step-size controller (diffrax's ``PIDController``); ``scope`` says which runs
+    they apply to."""
+    return {
+        "rtol": Field(NUM, 1e-6, f"{scope}: relative tolerance", gt(0)),
+        "atol": Field(NUM, 1e-8, f"{scope}: absolute tolerance", gt(0)),
+        "pcoeff": Field(
+            NUM, PID_DEFAULTS["pcoeff"], f"{scope}: PID step-size controller's P", ge(0)
+        ),
+        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], f"{scope}: its I coefficient", gt(0)),
+        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], f"{scope}: its D coefficient", ge(0)),
+    }
+
+
+def schedule_fields(t1: str) -> dict[str, Field]:
+    """The learning-rate schedule's keys of every family (``rankflow.schedules``); ``t1``
+    names the key of the run's final time."""
+    return {
+        "schedule": Field(
+            STR,
+            "constant",
+            "learning-rate schedule η(t) = η·s(t) of optimizers and flows alike: constant, "
+            f"warmup_cosine (linear warmup from 0, then cosine to final_fraction·η at {t1}), "
+            "linear (the same warmup, then a straight line); step k uses η(k)",
+            choice(SCHEDULES),
+        ),
+        "warmup": Field(
+            NUM, None, f"warmup steps w of a schedule (default 0), in [0, {t1}]", optional=True
+        ),
+        "final_fraction": Field(
+            NUM,
+            None,
+            f"a schedule's η at {t1} over the peak η, in [0, 1] (default 0)",
+            optional=True,
+        ),
     }
 
 

@@ -40,7 +40,7 @@ from ..schema import (
     gt,
     suggest,
 )
-from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, PID_DEFAULTS, SCHEDULES, schedule_error
+from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, schedule_error
 
 __all__ = [
     "ALIASES",
@@ -245,25 +245,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             )
             for u in FACTORS
         },
-        "schedule": Field(
-            STR,
-            "constant",
-            "learning-rate schedule η(t) = η·s(t): constant, warmup_cosine, linear "
-            "(as dynamics.schedule of the core family; t1 = train.steps)",
-            choice(SCHEDULES),
-        ),
-        "warmup": Field(
-            NUM,
-            None,
-            "warmup steps w of a schedule (default 0), in [0, train.steps]",
-            optional=True,
-        ),
-        "final_fraction": Field(
-            NUM,
-            None,
-            "a schedule's η at train.steps over the peak η, in [0, 1] (default 0)",
-            optional=True,
-        ),
+        **schema_lib.schedule_fields("train.steps"),
         "mu": Field(NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", gt(0)),
         "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
         "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
@@ -275,13 +257,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "solver": {
         "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),
-        "rtol": Field(NUM, 1e-6, "gradient flow: relative tolerance", gt(0)),
-        "atol": Field(NUM, 1e-8, "gradient flow: absolute tolerance", gt(0)),
-        "pcoeff": Field(
-            NUM, PID_DEFAULTS["pcoeff"], "gradient flow: PID step-size controller's P", ge(0)
-        ),
-        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], "gradient flow: its I coefficient", gt(0)),
-        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], "gradient flow: its D coefficient", ge(0)),
+        **schema_lib.solver_fields("gradient flow"),
         "max_steps": Field(INT, 100_000, "gradient flow: solver step budget", ge(1)),
     },
 }
