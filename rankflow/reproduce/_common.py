@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,31 @@ def sweep_config(name: str, mode: str) -> dict[str, Any]:
     from .. import config as config_lib
 
     return config_lib.resolve(config_path(name), full_overrides(name, mode))
+
+
+def run_sweep(ctx: Context, name: str) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Run (or resume) the ``rankflow.run`` sweep of config ``name`` into
+    ``ctx.runs(name)``: its resolved config and its table."""
+    from ..api import run
+
+    cfg = sweep_config(name, ctx.mode)
+    return cfg, run(cfg, out=ctx.runs(name), resume=True)
+
+
+def per_problem(
+    ctx: Context,
+    configs: Mapping[str, str],
+    prefix: str,
+    table_of: Callable[[dict[str, Any], pd.DataFrame, str], pd.DataFrame],
+) -> pd.DataFrame:
+    """:func:`run_sweep` of each config of ``{problem: name}``, its table written as
+    ``PREFIX_PROBLEM_runs``; ``table_of(cfg, runs, problem)`` of each, concatenated."""
+    frames = []
+    for problem, name in configs.items():
+        cfg, df = run_sweep(ctx, name)
+        ctx.table(f"{prefix}_{problem}_runs", df)
+        frames.append(table_of(cfg, df, problem))
+    return pd.concat(frames, ignore_index=True)
 
 
 def attention_config(name: str, mode: str) -> dict[str, Any]:

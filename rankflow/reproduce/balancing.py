@@ -39,8 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .. import plots, theory
-from ..api import run
-from ._common import Claim, Context, fmt, sweep_config, verdict
+from ._common import Claim, Context, fmt, run_sweep, sweep_config, verdict
 
 NAME = "balancing"
 CONFIGS = {
@@ -340,8 +339,7 @@ def gap_bound_claim(bound: pd.DataFrame) -> Claim:
 def run_experiment(ctx: Context) -> None:
     tables, cfgs = {}, {}
     for kind, name in CONFIGS.items():
-        cfgs[kind] = sweep_config(name, ctx.mode)
-        tables[kind] = run(cfgs[kind], out=ctx.runs(name), resume=True)
+        cfgs[kind], tables[kind] = run_sweep(ctx, name)
     every = pd.concat(tables.values(), ignore_index=True)
     ctx.table("balancing_runs", every)
     r = pd.concat(

@@ -23,9 +23,8 @@ import pandas as pd
 
 from .. import config as config_lib
 from .. import plots, theory
-from ..api import run
 from ..simulate import params_of, program_for
-from ._common import Claim, Context, final_rows, fmt, sweep_config, verdict
+from ._common import Claim, Context, final_rows, fmt, per_problem, run_sweep, sweep_config, verdict
 
 NAME = "depth"
 DIAGONAL = "depth_diagonal"
@@ -216,18 +215,11 @@ def rank_observation(ranks: pd.DataFrame, stationary: pd.DataFrame) -> Claim:
 
 
 def run_experiment(ctx: Context) -> None:
-    cfg = sweep_config(DIAGONAL, ctx.mode)
-    diag = run(cfg, out=ctx.runs(DIAGONAL), resume=True)
+    cfg, diag = run_sweep(ctx, DIAGONAL)
     ctx.table("depth_diagonal_runs", diag)
     stationary = stationarity_table(diag, cfg["problem"]["singular_values"])
     ctx.table("depth_stationarity", stationary)
-    frames = []
-    for problem, name in RANK_CONFIGS.items():
-        rcfg = sweep_config(name, ctx.mode)
-        df = run(rcfg, out=ctx.runs(name), resume=True)
-        ctx.table(f"depth_rank_{problem}_runs", df)
-        frames.append(rank_table(rcfg, df, problem))
-    ranks = pd.concat(frames, ignore_index=True)
+    ranks = per_problem(ctx, RANK_CONFIGS, "depth_rank", rank_table)
     ctx.table("depth_ranks", ranks)
     plots.depth_figure(diag, ranks, stationary, ctx.figures / "depth.png")
     ctx.claims += [

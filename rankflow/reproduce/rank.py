@@ -25,9 +25,8 @@ import pandas as pd
 
 from .. import config as config_lib
 from .. import plots, theory
-from ..api import run
 from ..simulate import params_of, program_for
-from ._common import Claim, Context, final_rows, fmt, sweep_config, verdict
+from ._common import Claim, Context, final_rows, fmt, per_problem, sweep_config, verdict
 
 NAME = "rank"
 CONFIGS = {"sensing": "rank_sensing", "completion": "rank_completion"}
@@ -147,13 +146,7 @@ def plain_l2_observation(sol: pd.DataFrame) -> Claim:
 
 
 def run_experiment(ctx: Context) -> None:
-    frames = []
-    for problem, name in CONFIGS.items():
-        cfg = sweep_config(name, ctx.mode)
-        df = run(cfg, out=ctx.runs(name), resume=True)
-        ctx.table(f"rank_{problem}_runs", df)
-        frames.append(solutions(cfg, df, problem))
-    sol = pd.concat(frames, ignore_index=True)
+    sol = per_problem(ctx, CONFIGS, "rank", solutions)
     ctx.table("rank_solutions", sol)
     plots.rank_figure(sol, ctx.figures / "rank.png")
     ctx.claims += [factorised_is_nuclear_claim(sol), plain_l2_observation(sol)]

@@ -24,9 +24,8 @@ import numpy as np
 import pandas as pd
 
 from .. import plots, theory
-from ..api import run
 from . import balancing
-from ._common import Claim, Context, final_rows, fmt, sweep_config, verdict
+from ._common import Claim, Context, final_rows, fmt, run_sweep, sweep_config, verdict
 
 NAME = "toy"
 CONFIGS = ("toy",)
@@ -143,8 +142,7 @@ def soft_threshold_claim(sv: pd.DataFrame) -> Claim:
 
 
 def run_experiment(ctx: Context) -> None:
-    cfg = sweep_config("toy", ctx.mode)
-    df = run(cfg, out=ctx.runs("toy"), resume=True)
+    cfg, df = run_sweep(ctx, "toy")
     s = np.asarray(cfg["problem"]["singular_values"], float)
     ctx.table("toy_runs", df)
 
