@@ -306,7 +306,7 @@ class Sides:
 
     def hyper(self):
         """The runs' traced values on the devices, as rankflow shards them."""
-        from rankflow.engine.plan import shard
+        from rankflow.numerics.batching import shard
 
         dtype = self.program.spec.dtype
         return shard(self.params, lambda k: "int32" if k == "seed" else dtype)

@@ -110,7 +110,7 @@ def step_counts(setting, A0, B0, lam, eta, S, T, x64: bool) -> tuple[int, int]:
 
 
 def measure(args, x64: bool, dog) -> list[dict]:
-    from rankflow.simulate import program_for
+    from rankflow.core.program import program_for
 
     points = [
         peers.point_for(args, "gradient_flow", x64=x64, solver=solver_of(s)) for s in SETTINGS

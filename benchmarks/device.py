@@ -221,8 +221,8 @@ def matmul_peak(sizes: tuple[int, ...], repeats: int) -> float:
 def gf_update(d: int, steps: int, repeats: int) -> float:
     """Seconds per step of one configuration's gradient-flow update at d = r (Euler,
     dt = 1, float32): the difference of a ``2·steps`` and a ``steps`` run."""
-    from rankflow import config as config_lib
-    from rankflow.simulate import params_of, program_for
+    from rankflow.core import config as config_lib
+    from rankflow.core.program import params_of, program_for
 
     times = {}
     for k in (steps, 2 * steps):

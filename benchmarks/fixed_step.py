@@ -16,13 +16,13 @@ configuration), the same initial state and the same number of steps:
 The ratio is rankflow's run time over the scan's (median of the calls; the fastest calls'
 ratio and the process-CPU-time ratio are shown too). Fairness:
 
-- Both sides compute the same thing: the observables of ``rankflow.observables`` at the
+- Both sides compute the same thing: the observables of ``rankflow.core.observables`` at the
   same save times (``--saves`` evenly spaced saves; t = 0 and t = steps by default),
   inside the jitted, vmapped program of the steps. The scan is structured as rankflow's
   optimizer programs are (an outer scan over save intervals whose body runs the steps and
   then observes), with a hand-written gradient ``G = ∇_W L``, ``(∇_A, ∇_B) = (G B, Gᵀ A)``.
 - The same start: both sides derive data and (A, B) from the same seed with
-  ``rankflow.problems`` (inside both programs).
+  ``rankflow.core.problems`` (inside both programs).
 - The same noise, bit for bit: the ``sgd_gaussian`` scan splits its key as rankflow's
   optax noise transform does; the ``stochastic_flow`` scan draws from the keys diffrax's
   ``UnsafeBrownianPath`` uses (``fold_in`` of the bits of t₀ and t₁) on diffrax's time
@@ -35,7 +35,7 @@ ratio and the process-CPU-time ratio are shown too). Fairness:
 - Timing: ``compile`` is the first call minus the median run (tracing + XLA compile);
   ``run`` is the median of ``--repeats`` further calls, rankflow and scan interleaved
   (alternating which goes first) so that load changes hit both. rankflow is timed through
-  ``rankflow.simulate.program_for(point).run(params)``: the cached compiled program of
+  ``rankflow.core.program.program_for(point).run(params)``: the cached compiled program of
   the structure, which ``rankflow.run`` calls, without building the pandas table; that
   includes the host → device copy of the parameters and the device → host copy of the
   observables, and the scan side does the same.
@@ -181,8 +181,8 @@ def base_config(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def batch_params(point: dict[str, Any], args: argparse.Namespace) -> dict[str, np.ndarray]:
     """The per-run parameter batch of ``Program.run`` (keys ``PARAM_KEYS``)."""
-    from rankflow import config as config_lib
-    from rankflow import simulate
+    from rankflow.core import config as config_lib
+    from rankflow.core import program as simulate
 
     flat = config_lib.flatten(point)
     one = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
@@ -211,9 +211,9 @@ def reference_program(point: dict[str, Any], kind: str, noise: str | None) -> Ca
     import jax
     import jax.numpy as jnp
 
-    from rankflow import vocabulary
-    from rankflow.observables import observables
-    from rankflow.problems import init_factors, make_problem
+    from rankflow.core import vocabulary
+    from rankflow.core.observables import observables
+    from rankflow.core.problems import init_factors, make_problem
 
     problem = make_problem(point)
     r = point["model"]["r"]
@@ -397,8 +397,8 @@ def scaled_diff(a_out: dict[str, np.ndarray], b_out: dict[str, np.ndarray]) -> f
 
 
 def time_case(case: str, args: argparse.Namespace, dog: Watchdog) -> dict[str, Any]:
-    from rankflow import config as config_lib
-    from rankflow.simulate import program_for
+    from rankflow.core import config as config_lib
+    from rankflow.core.program import program_for
 
     point = config_lib.expand(config_lib.resolve(base_config(args, case)))[0]
     params = batch_params(point, args)

@@ -5,11 +5,11 @@
     python -m benchmarks.peers --quick       # a smoke run (small sizes; writes nothing)
     python -m benchmarks.peers --sections adaptive,sde --json peers.json
 
-Five sections, each on the diagonal problem of ``rankflow.problems``
+Five sections, each on the diagonal problem of ``rankflow.core.problems``
 (``L = ½‖ABᵀ − diag(s)‖²``, s = linspace(1, 1/d, d), Gaussian start of scale 0.1, the
 flow ``dθ/dt = −η(∇L + λθ)``), with the configurations of ``benchmarks.fixed_step``
 (a λ × η grid, λ ∈ [0, 0.05], η ∈ [0.02, 0.2], seed = index), the same initial state for
-every method (drawn by ``rankflow.problems``) and the same horizon:
+every method (drawn by ``rankflow.core.problems``) and the same horizon:
 
 - ``fixed``: gradient flow, explicit Euler, dt = 1, float32. rankflow's program against
   a hand-written vmapped JAX ``lax.scan`` (``benchmarks.fixed_step``'s), ``torchdiffeq``
@@ -19,7 +19,7 @@ every method (drawn by ``rankflow.problems``) and the same horizon:
   bits) and ``torchsde`` (``sdeint``, Euler, its default Brownian interval).
 - ``adaptive``: gradient flow with error control, rtol = 1e-6, atol = 1e-8. rankflow
   (Tsit5) through ``Program.run``, which chooses its batching strategy by measurement
-  (``rankflow.batching``), in float32 and float64, with the default (integral-only)
+  (``rankflow.numerics.batching``), in float32 and float64, with the default (integral-only)
   step-size controller and with the PI controller ``ADAPTIVE_PI`` (``solver.pcoeff``,
   ``solver.icoeff``; chosen by ``benchmarks.controller``), and with ``vmap`` forced; a
   stacked-system prototype (one controller for all runs); ``scipy.integrate.solve_ivp``
@@ -154,7 +154,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def point_for(args, kind: str, *, x64: bool = False, solver: dict | None = None, **over):
     """The resolved point of ``kind`` on the benchmark problem."""
-    from rankflow import config as config_lib
+    from rankflow.core import config as config_lib
 
     cfg = fs.base_config(args, kind)
     cfg["x64"] = x64
@@ -174,7 +174,7 @@ def initial_factors(point, params) -> tuple[np.ndarray, np.ndarray]:
     import jax
     import jax.numpy as jnp
 
-    from rankflow.problems import init_factors, make_problem
+    from rankflow.core.problems import init_factors, make_problem
 
     problem = make_problem(point)
     r = point["model"]["r"]
@@ -317,7 +317,8 @@ def torch_field(S, lam, eta, dtype):
 
 
 def torch_member_max_norm(y):
-    """torchdiffeq error norm: the largest per-configuration RMS (cf. rankflow.batching)."""
+    """torchdiffeq error norm: the largest per-configuration RMS (cf.
+    rankflow.numerics.batching)."""
     import torch
 
     if isinstance(y, torch.Tensor):
@@ -412,18 +413,18 @@ def rankflow_batch(program, params):
     """``Program.run``'s device batch of ``params`` (same dtypes)."""
     import jax.numpy as jnp
 
-    from rankflow.simulate import PARAM_KEYS
+    from rankflow.core.program import PARAM_KEYS
 
     return {k: jnp.asarray(np.asarray(params[k]), program._param_dtype(k)) for k in PARAM_KEYS}
 
 
 def rankflow_batched_runner(program, params, strategy: str | None = None):
-    """Run ``program``'s single-run function over ``params`` with ``rankflow.batching``
+    """Run ``program``'s single-run function over ``params`` with ``rankflow.numerics.batching``
     (the measured strategy of its structure, or ``strategy``), host arrays in and out
     as ``Program.run`` does. Returns the runner and the strategy used."""
     import jax
 
-    from rankflow import batching
+    from rankflow.numerics import batching
 
     with jax.enable_x64(program.point["x64"]):
         batch = rankflow_batch(program, params)
@@ -456,7 +457,7 @@ def row(name, t, err=None, **extra):
 def section_fixed(args, dog) -> dict:
     import jax
 
-    from rankflow.simulate import program_for
+    from rankflow.core.program import program_for
 
     point = point_for(args, "gradient_flow")
     params = fs.batch_params(point, args)
@@ -525,7 +526,7 @@ def _torch_dtype(name):
 def section_sde(args, dog) -> dict:
     import jax
 
-    from rankflow.simulate import program_for
+    from rankflow.core.program import program_for
 
     n = args.paths
     point = point_for(args, "stochastic_flow")
@@ -641,8 +642,8 @@ def section_adaptive(args, dog) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from rankflow import batching
-    from rankflow.simulate import program_for
+    from rankflow.core.program import program_for
+    from rankflow.numerics import batching
 
     rtol, atol = ADAPTIVE_RTOL, ADAPTIVE_ATOL
     solver = {"method": "tsit5", "adaptive": True, "rtol": rtol, "atol": atol}
@@ -660,7 +661,7 @@ def section_adaptive(args, dog) -> dict:
     progpi32, progpi64 = program_for(pi32), program_for(pi64)
     pi = ", ".join(f"solver.{k} = {v:g}" for k, v in ADAPTIVE_PI.items())
     # Program.run measures the batching of an adaptive structure on its first batch
-    # (rankflow.batching, cached per structure): the probe is timed here, apart.
+    # (rankflow.numerics.batching, cached per structure): the probe is timed here, apart.
     t = time.perf_counter()
     _, strat32, choice32 = rankflow_batched_runner(prog32, params)
     _, strat64, choice64 = rankflow_batched_runner(prog64, params)
@@ -763,8 +764,8 @@ def section_adaptive(args, dog) -> dict:
 
 def section_sweep(args, dog) -> dict:
     import rankflow
-    from rankflow import config as config_lib
-    from rankflow.simulate import PARAM_KEYS, params_of, program_for
+    from rankflow.core import config as config_lib
+    from rankflow.core.program import PARAM_KEYS, params_of, program_for
 
     os.environ.setdefault("RANKFLOW_CACHE_DIR", "off")  # measure compiles honestly
     n_lam, n_eta, n_seed = (2, 2, 2) if args.quick else (8, 8, 8)
@@ -863,7 +864,7 @@ def matmul_peak(n: int, repeats: int = 7) -> float:
 
 
 def section_roofline(args, dog) -> dict:
-    from rankflow.simulate import program_for
+    from rankflow.core.program import program_for
 
     dims = (8, 16) if args.quick else (32, 128, 512)
     batch_of = {8: 4, 16: 4, 32: 64, 128: 16, 512: 4}

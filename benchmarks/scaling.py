@@ -5,7 +5,7 @@
     python -m benchmarks.scaling --devices 1,2,4,default --json out.json
 
 By default rankflow gives JAX one CPU device per physical core and shards every batch
-over all of them (``rankflow.engine.devices``, ``rankflow.engine.plan.per_device``).
+over all of them (``rankflow.engine.devices``, ``rankflow.numerics.batching.per_device``).
 Each device count runs in its own process (the count is fixed when JAX starts):
 ``RANKFLOW_CPU_DEVICES=N`` for N, ``=all`` for ``all``, and ``default`` with no variable
 or flag set (what a user gets). In each process, on the
@@ -15,7 +15,7 @@ scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
 - ``gd``: ``rankflow.run`` of GD, ``--steps`` steps, the table included;
 - ``sde``: ``rankflow.run`` of the Euler–Maruyama ``stochastic_flow`` (dt = 1, σ = 0.01);
 - ``adaptive``: ``rankflow.run`` of gradient flow with Tsit5 (rtol 1e-6, atol 1e-8,
-  float32), batched per device with the strategy ``rankflow.batching`` measures;
+  float32), batched per device with the strategy ``rankflow.numerics.batching`` measures;
 - ``scan``: the hand-written, jitted, vmapped ``lax.scan`` of the GD update with the same
   observables (``benchmarks.fixed_step.reference_program``), its batch on one device;
 - ``scan_all``: the same program, its batch sharded over every device of the process
@@ -169,7 +169,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     import rankflow
     from benchmarks import fixed_step as fs
-    from rankflow import config as config_lib
+    from rankflow.core import config as config_lib
     from rankflow.engine import devices
 
     cfgs = {c: sweep_config(args, c) for c in CASES if not c.startswith("scan")}
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(worker(args), f)
         return 0
     from rankflow.engine.devices import default_count
-    from rankflow.sysinfo import cpu_model
+    from rankflow.engine.sysinfo import cpu_model
 
     labels = list(dict.fromkeys(d.strip() for d in args.devices.split(",")))
     if "default" in labels:  # the default is 'all': that count runs once, as 'default'

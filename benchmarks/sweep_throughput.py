@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rankflow
-from rankflow.observables import observables
+from rankflow.core.observables import observables
 
 
 def grid_config(d: int, steps: int, n_lam: int, n_eta: int, n_seed: int) -> dict:

@@ -16,7 +16,7 @@ def _xla_cpu_flags() -> None:
     1.5× faster with XLA's Eigen kernels single-threaded: at this suite's sizes the
     batch, not the single matrix, is the parallelism worth having. Must be set before JAX
     creates its CPU backend; ``RANKFLOW_EIGEN_THREADS=1`` keeps JAX's default. (The
-    deadlocks of batched CPU LAPACK kernels are avoided in ``rankflow.observables``.)
+    deadlocks of batched CPU LAPACK kernels are avoided in ``rankflow.core.observables``.)
     """
     flags = _os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" in flags or _os.environ.get("RANKFLOW_EIGEN_THREADS"):
@@ -33,9 +33,9 @@ from .engine import devices as _devices  # noqa: E402
 _devices.configure()
 
 from .api import run as run  # noqa: E402
-from .config import ConfigError as ConfigError  # noqa: E402
-from .config import resolve as resolve  # noqa: E402
-from .store import load as load  # noqa: E402
+from .config.fields import ConfigError as ConfigError  # noqa: E402
+from .core.config import resolve as resolve  # noqa: E402
+from .engine.store import load as load  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "load", "resolve", "run"]

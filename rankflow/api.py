@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from . import engine
-from .sweep import CORE
+from .core.family import CORE
 
 __all__ = ["run"]
 
@@ -31,7 +31,7 @@ def run(
       config: path to a TOML file, or a nested dict with the same sections. For
         ``problem.kind = "custom"``, ``problem.loss`` may be a Python callable ``L(W)``.
       overrides: dotted keys to set first, e.g. ``{"dynamics.lam": 0.1}``.
-      out: a results directory to write chunk by chunk (see ``rankflow.store``).
+      out: a results directory to write chunk by chunk (see ``rankflow.engine.store``).
       resume: continue the sweep already in ``out`` (same config), skipping finished
         chunks.
       chunk: runs per chunk (default: sized to the problem's memory).

@@ -1,4 +1,5 @@
-"""rankflow.batching: every strategy computes the same runs; the choice is measured once."""
+"""rankflow.numerics.batching: every strategy computes the same runs; the choice is measured
+once."""
 
 import diffrax
 import jax
@@ -6,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from conftest import tree_allclose
 
-from rankflow import batching
-from rankflow import config as config_lib
-from rankflow.simulate import PARAM_KEYS, params_of, program_for
+from rankflow.core import config as config_lib
+from rankflow.core.program import PARAM_KEYS, params_of, program_for
+from rankflow.numerics import batching
 
 S = jnp.diag(jnp.asarray([1.0, 0.5, 0.25]))
 

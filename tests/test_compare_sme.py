@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import rankflow.flows
-import rankflow.simulate
-from rankflow import config as config_lib
+import rankflow.core.fields
+import rankflow.core.program
 from rankflow.compare import COLUMNS, compare, weak_order
-from rankflow.config import ConfigError
+from rankflow.config.fields import ConfigError
+from rankflow.core import config as config_lib
 from rankflow.engine import programs
 from rankflow.reproduce import noise as reproduce_noise
 from rankflow.reproduce._common import config_path
@@ -111,12 +111,12 @@ def _mutant_weak(monkeypatch, patch) -> pd.DataFrame:
 def _sqrt_eta_noise(monkeypatch):
     """The SME with noise coefficient √η instead of η, time in steps: the physical-time
     SME ``√η Σ^{1/2} dW_{ηt}`` copied into step time (where it is ``η Σ^{1/2} dW_t``)."""
-    original = rankflow.simulate.noise_term
+    original = rankflow.core.program.noise_term
 
     def noise_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None,
                    schedule=None):  # fmt: skip
         term = original(kind, theta0, brownian_for, model, problem, batch, schedule)
-        return rankflow.flows.FactorNoise(
+        return rankflow.core.fields.FactorNoise(
             term.model,
             lambda t, args: -(args[1]["eta"] ** 0.5),
             term.control,
@@ -126,14 +126,14 @@ def _sqrt_eta_noise(monkeypatch):
             term.spread,
         )
 
-    monkeypatch.setattr(rankflow.simulate, "noise_term", noise_term)
+    monkeypatch.setattr(rankflow.core.program, "noise_term", noise_term)
 
 
 def _spread_times(factor):
     def patch(monkeypatch):
-        original = rankflow.flows.minibatch_spread
+        original = rankflow.core.fields.minibatch_spread
         monkeypatch.setattr(
-            rankflow.flows,
+            rankflow.core.fields,
             "minibatch_spread",
             lambda samples, batch: original(samples, batch) * factor(batch),
         )

@@ -5,9 +5,10 @@ import math
 import pytest
 
 import rankflow
-from rankflow import cli, vocabulary
-from rankflow import config as C
-from rankflow.simulate import TRACE_COUNTS
+from rankflow import cli
+from rankflow.core import config as C
+from rankflow.core import vocabulary
+from rankflow.core.program import TRACE_COUNTS
 
 
 def _error(cfg):

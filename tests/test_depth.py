@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import rankflow
-from rankflow import config as C
 from rankflow import theory
-from rankflow.depth import chain, depth_observables, init_depth_factors, product
-from rankflow.simulate import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
+from rankflow.core import config as C
+from rankflow.core.factors import chain, depth_observables, init_depth_factors, product
+from rankflow.core.program import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
 
 ETA, LAM = 0.4, 0.1
 

@@ -235,8 +235,8 @@ def test_the_one_at_a_time_rule_of_decompositions_is_cpu_only(monkeypatch, backe
     import jax
     import jax.numpy as jnp
 
-    from rankflow.linalg import eigvalsh
-    from rankflow.observables import singular_values
+    from rankflow.core.observables import singular_values
+    from rankflow.numerics.linalg import eigvalsh
 
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
     A = jnp.ones((3, 5, 2))
@@ -281,13 +281,13 @@ def _decomposition_operands(jaxpr) -> list[tuple[str, int]]:
 )
 def test_every_decomposition_of_a_vmapped_start_acts_on_one_matrix(problem, init, depth):
     """With one CPU device per core, a batched LAPACK kernel deadlocks XLA:CPU's pool
-    (rankflow.linalg): the data and initialisation of a vmapped batch of runs must
+    (rankflow.numerics.linalg): the data and initialisation of a vmapped batch of runs must
     decompose one matrix at a time (every decomposition's operand 2-d, inside a loop).
     With ``jnp.linalg.svd`` in ``problems._balanced_from`` instead, the operand is 3-d."""
     import jax
 
-    from rankflow import config as C
-    from rankflow.simulate import params_of, program_for
+    from rankflow.core import config as C
+    from rankflow.core.program import params_of, program_for
 
     model = {"r": 4} if depth == 2 else {"depth": depth, "r": [5] * (depth - 1)}
     cfg = {

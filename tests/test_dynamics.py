@@ -16,12 +16,13 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import config as C
 from rankflow import theory
-from rankflow.flows import gradient_flow_field, make_solver, momentum_flow_field, noise_term
-from rankflow.observables import OBSERVABLES
-from rankflow.problems import init_factors, make_problem
-from rankflow.simulate import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
+from rankflow.core import config as C
+from rankflow.core.fields import gradient_flow_field, momentum_flow_field, noise_term
+from rankflow.core.observables import OBSERVABLES
+from rankflow.core.problems import init_factors, make_problem
+from rankflow.core.program import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
+from rankflow.numerics.solve import make_solver
 
 SV = ["sv_1", "sv_2", "sv_3"]
 COLS = list(OBSERVABLES) + SV

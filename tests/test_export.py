@@ -14,7 +14,7 @@ import rankflow.attention as ra
 from rankflow.attention import export as export_lib
 from rankflow.attention.model import Model, ModelSpec
 from rankflow.cli import main
-from rankflow.config import ConfigError
+from rankflow.config.fields import ConfigError
 from rankflow.inspect import canonical, infer_layout, inspect_checkpoint, open_checkpoint
 
 # Tiny SGD run, λ > 0, constant η: 2 seeds in one vmapped batch, saves every 2 steps,

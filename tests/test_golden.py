@@ -1,17 +1,17 @@
-"""The tables of the user-facing configs stay what they were before the one-engine
-refactor: every top-level ``sims/*.toml`` through ``rankflow.run``, ``rankflow compare``
-on ``sims/compare_*.toml`` and ``rankflow attention train`` on
-``sims/attention/balance_sgd.toml`` give the captured tables of ``tests/golden/`` — same
-rows and columns, the same values in every non-float column, the same NaN pattern, and
-floats within ``SCALE_TOL`` of their column's scale. Both sides are float64 (why:
-``tests/golden_tables.py``, which captures them)."""
+"""The tables of every config in ``sims/`` stay what they were before the refactors: each
+config through its public entry point (``rankflow.run``, ``rankflow compare``,
+``rankflow attention train``) gives the captured tables of ``tests/golden/`` — same rows
+and columns, the same values in every non-float column, the same NaN pattern, and floats
+within ``SCALE_TOL`` of their column's scale in float64; and, on the machine that captured
+them (``tests/golden/f32/MACHINE.txt``), the float32 tables bit for bit. Why both:
+``tests/golden_tables.py``, which captures them."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
-from golden_tables import GOLDEN, jobs, path, produce
+from golden_tables import CONFIGS, GOLDEN, GOLDEN_F32, SLOW, machine, path, produce
 
 # The largest deviation measured between the pre-refactor code and today's is 9.2e-8 of
 # the column's scale (attention heads, balance_gap_rel; adaptive solves at rtol 1e-6
@@ -21,25 +21,30 @@ from golden_tables import GOLDEN, jobs, path, produce
 SCALE_TOL = 1e-6
 
 
-def assert_close_to_scale(a: np.ndarray, b: np.ndarray, what: str) -> None:
-    """``|a − b| ≤ SCALE_TOL · max|b|`` entrywise, and NaN/inf exactly where ``b`` has them."""
+def assert_close_to_scale(a: np.ndarray, b: np.ndarray, what: str, tol: float) -> None:
+    """``|a − b| ≤ tol · max|b|`` entrywise, and NaN/inf exactly where ``b`` has them."""
     finite = np.isfinite(b)
     assert (np.isfinite(a) == finite).all(), f"{what}: the non-finite entries differ"
     assert (a[~finite].astype(str) == b[~finite].astype(str)).all(), f"{what}: ±inf/NaN differ"
     if finite.any():
         scale = float(np.max(np.abs(b[finite])))
         dev = float(np.max(np.abs(a[finite] - b[finite])))
-        assert dev <= SCALE_TOL * scale + 1e-300, f"{what}: {dev:.3g} off, scale {scale:.3g}"
+        assert dev <= tol * scale + (1e-300 if tol else 0.0), (
+            f"{what}: {dev:.3g} off, scale {scale:.3g}"
+        )
 
 
-@pytest.mark.parametrize("kind, name", list(jobs()), ids=lambda x: str(x))
-def test_tables_unchanged(kind, name, tmp_path):
-    tables = produce(kind, name, tmp_path)
-    stem = path(kind, name, "").stem
+def compare_tables(name: str, tables: dict[str, pd.DataFrame], x64: bool) -> None:
+    """Every table of ``name`` against its golden file: float64 within ``SCALE_TOL`` of
+    each column's scale, float32 bit for bit."""
+    stem = path(name, "", x64).stem
+    folder = GOLDEN if x64 else GOLDEN_F32
     expected = {
-        p.stem.split("__", 1)[1] if "__" in p.stem else "": p
-        for p in GOLDEN.glob(f"{stem}*.parquet")
-        if p.stem == stem or p.stem.startswith(stem + "__")
+        p.stem.split("__")[-1] if p.stem != stem else "": p
+        for p in folder.glob(f"{stem}*.parquet")
+        if p.stem == stem
+        or p.stem[len(stem) :].startswith("__")
+        and "__" not in p.stem[len(stem) + 2 :]
     }
     assert set(tables) == set(expected), f"{stem}: tables {sorted(tables)} vs {sorted(expected)}"
     for table, df in tables.items():
@@ -50,6 +55,30 @@ def test_tables_unchanged(kind, name, tmp_path):
         for col in ref.columns:
             a, b = df[col], ref[col]
             if pd.api.types.is_float_dtype(b) and pd.api.types.is_float_dtype(a):
-                assert_close_to_scale(a.to_numpy(), b.to_numpy(), f"{stem} {table} {col}")
+                tol = SCALE_TOL if x64 else 0.0
+                assert_close_to_scale(a.to_numpy(), b.to_numpy(), f"{stem} {table} {col}", tol)
             else:
                 assert a.astype(str).tolist() == b.astype(str).tolist(), f"{stem} {table} {col}"
+
+
+def _params():
+    for name in CONFIGS:
+        marks = [pytest.mark.slow] if name in SLOW else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", _params())
+def test_float64_tables_unchanged(name, tmp_path):
+    compare_tables(name, produce(name, tmp_path, x64=True), x64=True)
+
+
+CAPTURED_ON = (GOLDEN_F32 / "MACHINE.txt").read_text().strip()
+
+
+@pytest.mark.skipif(
+    machine() != CAPTURED_ON,
+    reason=f"float32 tables were captured on {CAPTURED_ON}; this is {machine()}",
+)
+@pytest.mark.parametrize("name", _params())
+def test_float32_tables_unchanged_on_the_capturing_machine(name, tmp_path):
+    compare_tables(name, produce(name, tmp_path, x64=False), x64=False)

@@ -13,7 +13,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from rankflow import ConfigError, cli, sysinfo
+from rankflow import ConfigError, cli
+from rankflow.engine import sysinfo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +85,7 @@ def test_cuda_without_a_gpu_is_one_line_from_the_command():
 def test_cpu_model_names_the_widest_vector_isa(tmp_path):
     """Float32 tables differ in their last bits between AVX2 and AVX-512 machines: the
     report names which one a bug came from."""
-    from rankflow.sysinfo import cpu_model
+    from rankflow.engine.sysinfo import cpu_model
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2\n")

@@ -432,13 +432,13 @@ def test_no_config_json_names_and_heads(tmp_path):
     assert (lay.n_heads, lay.n_kv_heads) == (4, 2)
 
 
-# --- statistics against rankflow.observables (T1, T2) ----------------------------------
+# --- statistics against rankflow.core.observables (T1, T2) ----------------------------------
 
 
 def test_pair_statistics_match_observables_and_theory():
     import jax.numpy as jnp
 
-    from rankflow.observables import observables
+    from rankflow.core.observables import observables
 
     rng = np.random.default_rng(3)
     for m, n, r in ((12, 9, 4), (5, 7, 6), (20, 20, 3)):

@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import config as config_lib
 from rankflow import theory
+from rankflow.core import config as config_lib
 from rankflow.reproduce import attention, balancing, passable_claims, rank, toy
 from rankflow.reproduce._common import config_path
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import config as config_lib
+from rankflow.core import config as config_lib
 from rankflow.reproduce import depth
 from rankflow.reproduce._common import config_path
 

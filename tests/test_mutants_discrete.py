@@ -18,8 +18,10 @@ import pandas as pd
 import pytest
 
 from rankflow import compare as compare_lib
-from rankflow import optimizers, simulate, theory
+from rankflow import theory
 from rankflow.compare import run as compare_run
+from rankflow.core import optimizers
+from rankflow.core import program as simulate
 from rankflow.engine import programs
 from rankflow.reproduce import discrete
 

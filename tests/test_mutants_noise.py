@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankflow import config as config_lib
-from rankflow import flows as flows_lib
-from rankflow import simulate, theory
+from rankflow import theory
+from rankflow.core import config as config_lib
+from rankflow.core import fields as flows_lib
+from rankflow.core import program as simulate
 from rankflow.engine import programs
 from rankflow.reproduce import noise
 from rankflow.reproduce._common import config_path

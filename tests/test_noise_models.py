@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rankflow import config as C
-from rankflow import convergence as cv
-from rankflow import flows, theory
-from rankflow.simulate import params_of, program_for
+from rankflow import theory
+from rankflow.core import config as C
+from rankflow.core import convergence as cv
+from rankflow.core import fields as flows
+from rankflow.core.program import params_of, program_for
 
 ETA, LAM, SIGMA = 0.5, 0.1, 0.5
 T1 = 4.0

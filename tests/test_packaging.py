@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rankflow import resources
 from rankflow.cli.demo import DEMO_CONFIG
+from rankflow.config import resources
 from rankflow.reproduce import EXPERIMENTS
 from rankflow.reproduce._common import SIMS, config_path
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from rankflow import cli
+from rankflow.core.program import TRACE_COUNTS
 from rankflow.reproduce import EXPERIMENTS, check_options
 from rankflow.reproduce._common import SIMS
-from rankflow.simulate import TRACE_COUNTS
 
 
 @pytest.fixture(scope="module")

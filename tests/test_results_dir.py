@@ -16,9 +16,11 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import cli, store
-from rankflow import config as C
-from rankflow.writer import LOCK, WriterLock
+from rankflow import cli
+from rankflow.config import callables
+from rankflow.core import config as C
+from rankflow.engine import store
+from rankflow.engine.writer import LOCK, WriterLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -367,7 +369,7 @@ def test_callable_losses_are_identified_by_their_code():
     c = lambda W: ((W - T) ** 2).sum()  # noqa: E731
     T = 2 * np.eye(3)  # noqa: F841 - the closure reads the new value
     assert h(c) != h(lambda W: ((W - np.eye(3)) ** 2).sum())
-    assert C.callable_identity(len).endswith(C.UNHASHABLE_CODE)
+    assert callables.callable_identity(len).endswith(callables.UNHASHABLE_CODE)
 
 
 def test_a_sweep_of_an_unhashable_loss_is_not_resumable(tmp_path):

@@ -1,5 +1,5 @@
 """Learning-rate schedules (issue #16): η(t) = η·s(t) matches optax's schedules step for
-step, ∫η has the closed forms of :mod:`rankflow.schedules`, T4 under a schedule
+step, ∫η has the closed forms of :mod:`rankflow.numerics.schedules`, T4 under a schedule
 (‖D(t)‖ = e^{−2λ∫η}‖D(0)‖) holds for the core flow and per head of the attention flow
 to 1e-9, T5 with η_k = η(k) holds at every GD step to 1e-10, and the plausible wrong
 versions (the peak η throughout, 2ηλt, the schedule shifted by one step) miss by far
@@ -16,12 +16,12 @@ import pytest
 from scipy.integrate import quad
 
 import rankflow.attention as ra
-from rankflow import config as C
 from rankflow import theory
-from rankflow.flows import noise_term
-from rankflow.optimizers import make_optimizer
-from rankflow.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
-from rankflow.simulate import params_of, program_for
+from rankflow.core import config as C
+from rankflow.core.fields import noise_term
+from rankflow.core.optimizers import make_optimizer
+from rankflow.core.program import params_of, program_for
+from rankflow.numerics.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
 
 ETA, LAM, W, F, T1 = 0.5, 0.1, 8, 0.1, 40
 

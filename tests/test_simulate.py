@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import cli, vocabulary
-from rankflow import config as C
-from rankflow.flows import gradient_flow_field
-from rankflow.observables import OBSERVABLES
-from rankflow.optimizers import gd
-from rankflow.problems import init_factors, make_problem
-from rankflow.simulate import TRACE_COUNTS, program_for
+from rankflow import cli
+from rankflow.core import config as C
+from rankflow.core import vocabulary
+from rankflow.core.fields import gradient_flow_field
+from rankflow.core.observables import OBSERVABLES
+from rankflow.core.optimizers import gd
+from rankflow.core.problems import init_factors, make_problem
+from rankflow.core.program import TRACE_COUNTS, program_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
-"""rankflow.flows.solve and rankflow.optimizers.iterate: the one diffrax setup and the one
-optimizer loop every continuous and discrete run goes through."""
+"""rankflow.numerics.solve.solve and rankflow.core.optimizers.iterate: the one diffrax
+setup and the one optimizer loop every continuous and discrete run goes through."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -7,8 +7,8 @@ import optax
 from conftest import tree_allclose
 
 from rankflow.attention.flow import integrate
-from rankflow.flows import solve
-from rankflow.optimizers import iterate
+from rankflow.core.optimizers import iterate
+from rankflow.numerics.solve import solve
 
 
 def growth(t, y, args):

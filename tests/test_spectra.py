@@ -13,12 +13,7 @@ import pytest
 from test_inspect import build
 
 from rankflow import cli
-from rankflow.inspect import (
-    matrix_spectrum,
-    noise_sigma,
-    powerlaw_fit,
-    product_spectrum,
-)
+from rankflow.inspect import matrix_spectrum, noise_sigma, powerlaw_fit, product_spectrum
 from rankflow.inspect._blas import single_threaded_blas
 
 M, N, SIGMA = 300, 80, 0.5

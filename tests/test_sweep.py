@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import cli, store
-from rankflow import config as C
-from rankflow.simulate import TRACE_COUNTS, program_for
-from rankflow.sweep import default_chunk_size, plan
+from rankflow import cli
+from rankflow.core import config as C
+from rankflow.core.family import default_chunk_size, plan
+from rankflow.core.program import TRACE_COUNTS, program_for
+from rankflow.engine import store
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankflow import theory
-from rankflow.problems import Problem
+from rankflow.core.problems import Problem
 
 # --- helpers -----------------------------------------------------------------------------
 

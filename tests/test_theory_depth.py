@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankflow import theory
-from rankflow.problems import Problem
+from rankflow.core.problems import Problem
 
 
 def _problem(kind, m=5, n=4):

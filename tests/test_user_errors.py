@@ -21,11 +21,11 @@ import pytest
 
 import rankflow
 from rankflow import cli
-from rankflow import config as C
 from rankflow.attention import config as AC
+from rankflow.config.fields import sweep_points
+from rankflow.core import config as C
+from rankflow.core.family import CORE
 from rankflow.engine import TRACE_COUNTS, plan
-from rankflow.schema import sweep_points
-from rankflow.sweep import CORE
 
 # The module (the package's `plan` attribute is the function of that name).
 plan_module = importlib.import_module("rankflow.engine.plan")

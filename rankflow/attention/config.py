@@ -1,6 +1,6 @@
 """The attention laboratory's config: schema, defaults, validation and sweep expansion.
 
-Same conventions as :mod:`rankflow.config`: a nested dict (or TOML file) validated
+Same conventions as :mod:`rankflow.core.config`: a nested dict (or TOML file) validated
 completely in plain Python before anything is traced; every error is a
 :class:`rankflow.ConfigError` naming the field (``attention.H``) and the allowed values;
 keys are dotted names, used alike on the command line (``--set train.lam=0.1``), in
@@ -25,22 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import schema as schema_lib
-from ..points import Points, validated
-from ..schema import (
-    BOOL,
-    INT,
-    LIST,
-    NUM,
-    STR,
-    ConfigError,
-    Field,
-    choice,
-    ge,
-    gt,
-    suggest,
-)
-from ..vocabulary import ADAPTIVE_METHODS, MAX_STEPS, schedule_error
+from ..config import fields as schema_lib
+from ..config.fields import BOOL, INT, LIST, NUM, STR, ConfigError, Field, choice, ge, gt, suggest
+from ..config.points import Points, validated
+from ..core.vocabulary import ADAPTIVE_METHODS, MAX_STEPS, schedule_error
 
 __all__ = [
     "ALIASES",
@@ -455,7 +443,7 @@ def resolve(
     but not expanded."""
     cfg = schema_lib.read_config(source, overrides, SCHEMA, ALIASES)
     # Checked now, before anything compiles: every point, or a large sweep's
-    # representatives (rankflow.points.Points.representatives).
+    # representatives (rankflow.config.points.Points.representatives).
     points = expand(cfg)
     return schema_lib.shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
 

@@ -44,7 +44,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..schema import ConfigError
+from ..config.fields import ConfigError
 from .model import Model, ModelSpec
 
 __all__ = [

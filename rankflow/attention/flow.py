@@ -1,5 +1,5 @@
 """Continuous time on the transformer: full-batch gradient flow, solved by
-:func:`rankflow.flows.solve`.
+:func:`rankflow.numerics.solve.solve`.
 
 The state is the whole parameter pytree; the field is THEORY.md's
 ``dθ/dt = −η(∇L(θ) + λ_g θ)`` with ``λ_g`` the leaf's group decay (0 for groups outside
@@ -8,7 +8,7 @@ so the flow at ``t = k`` is what GD approximates after ``k`` steps. T4 per head:
 ``D(t) = e^{−2ηλ t} D(0)`` for both pairs, whatever the rest of the model does, as long
 as the head's factors enter the loss only through their product (no q/k/v biases).
 
-Under a learning-rate schedule η is η(t) (:mod:`rankflow.schedules`) and T4 becomes
+Under a learning-rate schedule η is η(t) (:mod:`rankflow.numerics.schedules`) and T4 becomes
 ``D(t) = e^{−2λ∫₀ᵗη} D(0)``. Learning-rate multipliers scale the field of their
 parameters, ``dθ/dt = −c η(t)(∇L + λ_g θ)`` (the limit of the scaled optimizer step);
 a pair whose factors have c_A ≠ c_B no longer balances at a closed rate
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
-from ..flows import Saved, solve
-from ..schedules import Schedule, eta_at, kinks
+from ..numerics.schedules import Schedule, eta_at, kinks
+from ..numerics.solve import Saved, solve
 
 __all__ = ["gradient_flow_field", "integrate"]
 

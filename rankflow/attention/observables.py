@@ -1,4 +1,4 @@
-"""Per-head observables of both factor pairs, from :func:`rankflow.observables.observables`.
+"""Per-head observables of both factor pairs, from :func:`rankflow.core.observables.observables`.
 
 For layer l and head h (THEORY.md, "Attention layers"):
 
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..observables import OBSERVABLES, observables
+from ..core.observables import OBSERVABLES, observables
 
 __all__ = ["HEAD_COLUMNS", "PAIRS", "head_factors", "head_observables"]
 
@@ -46,7 +46,7 @@ def head_observables(factors: Factors, rank_tol: float) -> dict[str, Array]:
     (the pairs in :data:`PAIRS` order, last), and ``"sv"`` ``S + (2, d_h)``.
 
     The heads are a ``vmap`` of the core's observables, whose decompositions run one
-    matrix at a time on CPU (:func:`rankflow.linalg.one_at_a_time`: batched LAPACK
+    matrix at a time on CPU (:func:`rankflow.numerics.linalg.one_at_a_time`: batched LAPACK
     calls side by side deadlock XLA:CPU's pool; a vmapped batch of 4,032 heads did).
     """
     A = jnp.stack([factors[pair][0] for pair in PAIRS], axis=-3)  # S + (2, D, d_h)

@@ -13,7 +13,7 @@ Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η)
 Learning-rate multipliers (``train.lr_<group>``, ``train.lr_<factor>`` for q, k, v, o):
 a leaf's step is ``θ ← θ − c·η_k(u + λ_g θ)`` with ``c`` its group's multiplier times its
 factor's (PyTorch's per-group lr: the decoupled decay is scaled too); traced, 1 by
-default. ``η_k = η(k)`` under a schedule (:mod:`rankflow.schedules`), else η.
+default. ``η_k = η(k)`` under a schedule (:mod:`rankflow.numerics.schedules`), else η.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import optax
 
-from ..optimizers import scale_by_lr
-from ..schedules import Schedule
+from ..numerics.schedules import Schedule, scale_by_lr
 from .config import FACTORS, GROUPS
 
 __all__ = [

@@ -30,10 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..engine import programs
-from ..engine.plan import per_device, shard
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
-from ..schedules import schedule_of
+from ..numerics.batching import per_device, shard
+from ..numerics.schedules import schedule_of
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec

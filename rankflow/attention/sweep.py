@@ -2,7 +2,7 @@
 compiled program per structure, atomic chunk files, ``--resume``, the local and
 submitit executors.
 
-A results directory (``rankflow.store`` layout, plus the loss table)::
+A results directory (``rankflow.engine.store`` layout, plus the loss table)::
 
     DIR/config.json              the resolved config, versions, devices, git commit
     DIR/manifest.json            config hash, chunk size and count (what --resume matches)
@@ -36,9 +36,10 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .. import engine, store
-from ..schedules import schedule_columns, unit_clock
-from ..schema import ConfigError
+from .. import engine
+from ..config.fields import ConfigError
+from ..engine import store
+from ..numerics.schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .export import EXPORT, check_export_memory, export_runs
 from .observables import HEAD_COLUMNS, PAIRS
@@ -246,5 +247,5 @@ def accuracy_baselines(path: str | Path) -> dict[str, float] | None:
 def load(path: str | Path, *, strict: bool = False) -> Results:
     """The ``heads`` and ``loss`` tables of an attention results directory: only the
     chunks of its manifest's config and plan, missing ones warned about (or, with
-    ``strict``, raised: see :func:`rankflow.store.load`)."""
+    ``strict``, raised: see :func:`rankflow.engine.store.load`)."""
     return Results(store.load(path, strict=strict), store.load(path, table=LOSS, strict=strict))

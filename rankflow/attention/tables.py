@@ -18,9 +18,7 @@ can tell.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +36,6 @@ __all__ = [
     "lambda_summary",
     "lr_control_summary",
     "experiment",
-    "figure",
-    "main",
     "markdown",
     "parameter_count",
     "run_finals",
@@ -275,74 +271,3 @@ def experiment(kind: str, results: Sequence[Any], D: int = 32) -> tuple[pd.DataF
     if kind == "dh":
         return dh_summary(loss, heads, D), dh_finals(loss, heads, D)
     raise ValueError(f"kind: one of {', '.join(LAYOUTS)}, got {kind!r}")
-
-
-# Per experiment: the figure's x column, metric, grouping and title.
-FIGURES = {
-    "lambda": dict(
-        x="train.lam",
-        metric="val_loss",
-        xlabel="λ (every group but LayerNorms)",
-        title="char_lm: loss and per-head rank across weight decay λ",
-    ),
-    "lr_control": dict(
-        x="train.lr_v",
-        metric="val_loss",
-        group="decay",
-        xlabel="value-projection learning-rate multiplier (train.lr_v)",
-        title="char_lm: effective-learning-rate control (decay on attention)",
-    ),
-    "dh": dict(
-        x="d_h",
-        metric="val_loss",
-        group="decay",
-        xlabel="head dimension d_h = D/H (D = 32)",
-        title="char_lm: key–query dimension, weight decay on against off attention",
-    ),
-    "contrast": dict(
-        x="variant",
-        metric={"ViT (shapes)": "val_accuracy", "char_lm": "val_loss"},
-        row="task",
-        xlabel="weight decay",
-        title="Weight decay in attention: vision against language",
-    ),
-}
-
-
-def figure(kind: str, finals: pd.DataFrame, out_path: str | Path | None = None):
-    """The figure of experiment ``kind`` (:func:`rankflow.plots.rebuttal.rebuttal_figure`)."""
-    from ..plots.rebuttal import rebuttal_figure
-
-    spec = dict(FIGURES[kind])
-    x, metric, title = spec.pop("x"), spec.pop("metric"), spec.pop("title")
-    return rebuttal_figure(finals, x, metric, title, out_path, **spec)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rankflow.attention.tables KIND DIR [DIR] [--out FIG] [--table MD]``:
-    print the experiment's markdown table (and write its figure)."""
-    import argparse
-    import json
-
-    from .sweep import load
-
-    ap = argparse.ArgumentParser(prog="python -m rankflow.attention.tables")
-    ap.add_argument("kind", choices=list(LAYOUTS))
-    ap.add_argument("dirs", nargs="+")
-    ap.add_argument("--out", help="figure path (PNG)")
-    ap.add_argument("--table", help="also write the markdown table here")
-    a = ap.parse_args(argv)
-    res = [(r[1], r[0]) for r in (load(d) for d in a.dirs)]
-    cfg = json.loads((Path(a.dirs[0]) / "config.json").read_text())["config"]
-    summary, finals = experiment(a.kind, res, D=int(cfg["attention"]["D"]))
-    text = markdown(summary, *LAYOUTS[a.kind])
-    print(text, end="")
-    if a.table:
-        Path(a.table).write_text(text)
-    if a.out:
-        figure(a.kind, finals, a.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

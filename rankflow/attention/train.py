@@ -1,5 +1,5 @@
 """Discrete training: the loss as a pure function of the parameters, optax steps, and
-training that saves every ``eval_every`` steps (:func:`rankflow.optimizers.iterate`).
+training that saves every ``eval_every`` steps (:func:`rankflow.core.optimizers.iterate`).
 
 Time is in optimizer steps; step ``k`` draws its minibatch from ``fold_in(key, k)``.
 """
@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import optimizers
-from ..flows import Saved
+from ..core import optimizers
+from ..numerics.solve import Saved
 from . import tasks as tasks_lib
 from .model import Model
 from .tasks import Task
@@ -65,7 +65,7 @@ def iterate(
     """Train from ``params0`` for ``every·(saves − 1)`` steps with minibatches
     ``sample(fold_in(key, k))``; returns ``observe(params)`` at steps 0, every, 2·every, …
     stacked along a leading axis of length ``saves`` (with every save reached: see
-    :func:`rankflow.optimizers.iterate`).
+    :func:`rankflow.core.optimizers.iterate`).
 
     With ``export_every`` (a multiple of ``every`` dividing ``every·(saves − 1)``) the
     observations also hold ``"params"``: the parameter pytree at steps 0,

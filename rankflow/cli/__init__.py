@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 from . import attention, compare, demo, info, inspect, plot, reproduce, run
 
 __all__ = ["build_parser", "main"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 from .common import add_command, add_sweep_options, run_sweep, warnings_as_lines
+
+# The rebuttal experiments' figures (rankflow.attention.tables.LAYOUTS).
+REBUTTAL = ("lambda", "lr_control", "dh", "contrast")
 
 
 def add_parser(sub) -> None:
@@ -64,13 +67,17 @@ def _add_plot(attention_sub) -> None:
         cmd_plot,
         help="figures of attention results: rank (per-head rank vs λ), balance (per-head "
         "balance gap vs step, one DIR per dynamics), ablation (validation loss, mean ± std "
-        "over seeds, per weight-decay variant)",
+        "over seeds, per weight-decay variant); the rebuttal experiments lambda, "
+        "lr_control, dh (one DIR) and contrast (the ViT's DIR, then char_lm's), which also "
+        "print their markdown table",
     )
-    att_plot.add_argument("figure", choices=("rank", "balance", "ablation"))
+    att_plot.add_argument("figure", choices=("rank", "balance", "ablation", *REBUTTAL))
     att_plot.add_argument("results", nargs="+", metavar="DIR", help="results directories")
     att_plot.add_argument("--out", required=True, metavar="FIG.png", help="figure to write")
     att_plot.add_argument(
-        "--table", metavar="TABLE.md", help="ablation: also write the markdown table"
+        "--table",
+        metavar="TABLE.md",
+        help="ablation and the rebuttal experiments: also write the markdown table",
     )
 
 
@@ -93,6 +100,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     with warnings_as_lines():
         tables = [load(d) for d in args.results]
+    if args.figure in REBUTTAL:
+        return _plot_rebuttal(args, tables)
     if args.figure != "balance" and len(tables) > 1:
         raise ConfigError(f"{args.figure}: takes one results directory")
     if args.figure == "rank":
@@ -106,5 +115,31 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if args.table:
             Path(args.table).write_text(ablation_markdown(tables[0].loss))
             print(f"table → {args.table}")
+    print(f"figure → {args.out}")
+    return 0
+
+
+def _plot_rebuttal(args: argparse.Namespace, tables) -> int:
+    """A rebuttal experiment's markdown table (printed, and ``--table``) and figure."""
+    import json
+
+    from ..attention.tables import LAYOUTS, experiment, markdown
+    from ..plots.rebuttal import experiment_figure
+
+    want = 2 if args.figure == "contrast" else 1
+    if len(tables) != want:
+        raise ConfigError(
+            f"{args.figure}: takes {want} results director{'ies' if want > 1 else 'y'}, "
+            f"got {len(tables)}"
+        )
+    cfg = json.loads((Path(args.results[0]) / "config.json").read_text())["config"]
+    results = [(t.loss, t.heads) for t in tables]
+    summary, finals = experiment(args.figure, results, D=int(cfg["attention"]["D"]))
+    text = markdown(summary, *LAYOUTS[args.figure])
+    print(text, end="")
+    if args.table:
+        Path(args.table).write_text(text)
+        print(f"table → {args.table}")
+    experiment_figure(args.figure, finals, args.out)
     print(f"figure → {args.out}")
     return 0

@@ -9,7 +9,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ConfigError, parse_set
+from ..config.fields import ConfigError
+from ..core.config import parse_set
 
 
 def add_command(
@@ -137,7 +138,7 @@ def run_sweep(resolve: Callable[..., Mapping[str, Any]], execute: Callable[..., 
     ``--set`` overrides (every config error before compiling), run the family's sweep
     (``execute``) into ``--out`` with the executor options, print the summary."""
     from ..engine import enable_compilation_cache
-    from ..writer import check_out
+    from ..engine.writer import check_out
 
     check_chunk(args.chunk)
     check_out(args.out, "sweep")

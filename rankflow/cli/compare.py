@@ -7,8 +7,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from .. import config as config_lib
-from ..writer import check_out
+from ..core import config as config_lib
+from ..engine.writer import check_out
 from .common import add_command, add_set_option
 
 

@@ -6,9 +6,9 @@ import argparse
 import time
 from pathlib import Path
 
-from .. import config as config_lib
-from ..resources import sims_path
-from ..writer import check_out
+from ..config.resources import sims_path
+from ..core import config as config_lib
+from ..engine.writer import check_out
 from .common import add_command
 
 # The demo's experiment, inside the installed package or the checkout.

@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Print :func:`rankflow.sysinfo.info` as text (or JSON with ``--json``)."""
-    from ..sysinfo import format_info, info
+    """Print :func:`rankflow.engine.sysinfo.info` as text (or JSON with ``--json``)."""
+    from ..engine.sysinfo import format_info, info
 
     found = info()
     print(json.dumps(found, indent=2) if args.json else format_info(found))

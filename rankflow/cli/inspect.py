@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..config import ConfigError
-from ..writer import check_out
+from ..config.fields import ConfigError
+from ..engine.writer import check_out
 from .common import add_command
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 from .common import add_command, warnings_as_lines
 
 
@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 def cmd_plot(args: argparse.Namespace) -> int:
     """``plots.quick_plot`` of the results table, after checking its columns."""
     from .. import plots
-    from ..store import load
+    from ..engine.store import load
 
     with warnings_as_lines():
         df = load(args.results)

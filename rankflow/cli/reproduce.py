@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..writer import check_out
+from ..engine.writer import check_out
 from .common import add_command
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import config as config_lib
+from ..core import config as config_lib
 from .common import add_command, add_sweep_options, run_sweep
 
 
@@ -35,6 +35,6 @@ def add_parser(sub) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate the config (before compiling), then run its sweep into ``--out``."""
-    from ..sweep import execute
+    from ..core.family import execute
 
     return run_sweep(config_lib.resolve, execute, args)

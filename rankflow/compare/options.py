@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 
 __all__ = ["OPTIONS", "Options", "parse_options", "split_options"]
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import config as config_lib
-from .. import vocabulary
-from ..config import ConfigError
-from ..simulate import PARAM_KEYS, Program, params_of, program_for
-from ..writer import check_out, claimed
+from ..config.fields import ConfigError
+from ..core import config as config_lib
+from ..core import vocabulary
+from ..core.program import PARAM_KEYS, Program, params_of, program_for
+from ..engine.writer import check_out, claimed
 from .options import Options, split_options
 from .sme import moments_table, side_observables, weak_table
 from .summary import summary
@@ -305,7 +305,7 @@ def write(
     """Write ``tables`` (parquet, CSV), their figures (``figures(tables, out)``, when
     given), ``summary.md`` and ``config.json`` (``meta`` plus versions and devices) into
     the directory ``out``."""
-    from ..store import provenance
+    from ..engine.store import provenance
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

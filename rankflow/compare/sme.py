@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..simulate import Program, params_of
+from ..core.program import Program, params_of
 from .tables import frame
 
 __all__ = ["SME_OBSERVABLES", "moments_table", "side_observables", "weak_order", "weak_table"]
 
-# The observables whose means over paths the SME tables compare (``rankflow.observables``
+# The observables whose means over paths the SME tables compare (``rankflow.core.observables``
 # names): the data loss, tr D and ‖D‖_F with D = AᵀA − BᵀB.
 SME_OBSERVABLES = ("loss", "balance_trace", "balance_gap")
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..vocabulary import MOMENTUM_DYNAMICS
+from ..core.vocabulary import MOMENTUM_DYNAMICS
 
 __all__ = ["summary"]
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import theory
-from ..simulate import STATUS, Program, params_of
+from ..core.program import STATUS, Program, params_of
 
 __all__ = [
     "COLUMNS",

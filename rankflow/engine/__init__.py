@@ -1,7 +1,9 @@
-"""What every experiment family shares: the chunk plan, padding and sharding of a batch
+"""What every experiment family shares: the chunk plan and padding of a batch
 (:mod:`.plan`), the program cache and trace counts (:mod:`.programs`), status codes
-(:mod:`.status`), progress, the executors (local, submitit) and the one execute/resume
-loop (:mod:`.execute`). A family plugs in through the :class:`Family` protocol."""
+(:mod:`.status`), progress, the executors (local, submitit), the one execute/resume loop
+(:mod:`.execute`), the results folder (:mod:`.store`, :mod:`.writer`), the devices
+(:mod:`.devices`) and what the machine is (:mod:`.sysinfo`). A family plugs in through
+:class:`Family`."""
 
 from .execute import Summary as Summary
 from .execute import execute as execute
@@ -10,9 +12,7 @@ from .family import Family as Family
 from .plan import Chunk as Chunk
 from .plan import chunk_plan as chunk_plan
 from .plan import pad_runs as pad_runs
-from .plan import per_device as per_device
 from .plan import plan as plan
-from .plan import shard as shard
 from .plan import swept_structure_keys as swept_structure_keys
 from .programs import TRACE_COUNTS as TRACE_COUNTS
 from .programs import enable_compilation_cache as enable_compilation_cache
@@ -30,11 +30,9 @@ __all__ = [
     "enable_compilation_cache",
     "execute",
     "pad_runs",
-    "per_device",
     "plan",
     "program",
     "run",
-    "shard",
     "swept_structure_keys",
     "with_status",
 ]

@@ -16,10 +16,10 @@ it, in this order:
    one is set.
 
 Every decomposition in rankflow's traced programs runs one matrix at a time on CPU
-(:mod:`rankflow.linalg`): on jax/jaxlib 0.10.2 a batched LAPACK kernel (the vmap of an
+(:mod:`rankflow.numerics.linalg`): on jax/jaxlib 0.10.2 a batched LAPACK kernel (the vmap of an
 SVD) waits for pool tasks that no free thread runs once every thread of XLA:CPU's
 intra-op pool runs a device's program, and the process sleeps for ever (seen with 2
-devices on 2 cores before the initialisations went through ``rankflow.linalg``;
+devices on 2 cores before the initialisations went through ``rankflow.numerics.linalg``;
 benchmarks/README.md, "XLA:CPU deadlocks"). Code of the user's (a custom loss) that
 vmaps a decomposition of its own can still meet it: ``RANKFLOW_CPU_DEVICES=1`` is the
 way out.

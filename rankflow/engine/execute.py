@@ -19,13 +19,13 @@ from typing import Any
 
 import pandas as pd
 
-from .. import store
-from ..config import UNHASHABLE_CODE
-from ..writer import claimed
+from ..config.callables import UNHASHABLE_CODE
+from . import store
 from .executors import check_executor, finished_chunks, run_chunks, submit
 from .family import Family
 from .plan import checked_plan
 from .programs import enable_compilation_cache
+from .writer import claimed
 
 __all__ = ["Summary", "execute", "has_chunks", "not_resumable", "run"]
 
@@ -64,7 +64,7 @@ def execute(
     """Run a family's resolved config's sweep (see the module docstring), writing each
     finished chunk to ``out`` when given and skipping those already there (only with
     ``resume``). ``out`` is checked and held exclusively while the sweep runs
-    (:func:`rankflow.writer.claimed`); a sweep that fails before its first chunk leaves
+    (:func:`rankflow.engine.writer.claimed`); a sweep that fails before its first chunk leaves
     no directory behind. Returns the family's result (all chunks, resumed ones
     included) and a :class:`Summary`."""
     check_executor(executor, out)
@@ -83,7 +83,7 @@ def has_chunks(out: str | Path, tables: Sequence[str]) -> bool:
 
 def not_resumable(config: Mapping[str, Any]) -> str | None:
     """Why a sweep of the JSON config cannot be resumed (a callable whose code cannot
-    be hashed: :func:`rankflow.config.callable_identity`), or None."""
+    be hashed: :func:`rankflow.config.callables.callable_identity`), or None."""
     flat = store.flat(config)
     for key, value in flat.items():
         if isinstance(value, str) and value.endswith(UNHASHABLE_CODE):

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from .. import store
-from ..config import ConfigError
+from ..config.fields import ConfigError
+from . import store
 from .family import Family
 from .plan import Chunk, plan, resource_error, swept_structure_keys
 from .programs import enable_compilation_cache

@@ -1,7 +1,7 @@
 """What an experiment family supplies to the engine: its config schema (expansion into
 points, structure key, JSON form), its compiled program, and its tables' shape.
 
-The core family is :data:`rankflow.sweep.CORE`, the attention family
+The core family is :data:`rankflow.core.family.CORE`, the attention family
 :data:`rankflow.attention.sweep.ATTENTION`. Everything else — the chunk plan, padding
 and sharding, the program cache, status codes, progress, resume, chunk files and the
 executors — is the engine's, the same for every family.

@@ -9,7 +9,6 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..points import Points
-from ..schema import ConfigError, check_size, get_dotted
+from ..config.fields import ConfigError, check_size, get_dotted
+from ..config.points import Points
 from .family import Chunk, Family
 
 __all__ = [
@@ -27,10 +26,8 @@ __all__ = [
     "chunk_plan",
     "device_memory",
     "pad_runs",
-    "per_device",
     "plan",
     "resource_error",
-    "shard",
     "swept_structure_keys",
 ]
 
@@ -174,59 +171,3 @@ def pad_runs(
     the same shape and its program compiles once (the caller drops the padding)."""
     padded = list(rows) + [rows[-1]] * max(0, (pad_to or 0) - len(rows))
     return {k: np.array([r[k] for r in padded]) for k in keys}
-
-
-def shard(params: Mapping[str, np.ndarray], dtype_of: Callable[[str], Any]) -> dict[str, Any]:
-    """A batch of 1-d parameter arrays on the devices: padded (with copies of its last
-    run) to a multiple of their number and, with several, sharded across them, so each
-    run's arithmetic is the same whatever the number of devices. ``dtype_of(key)``: the
-    traced dtype of each key (call under the program's ``jax.enable_x64``)."""
-    import jax
-    import jax.numpy as jnp
-
-    n = len(next(iter(params.values())))
-    devices = jax.devices()
-    padded = -(-n // len(devices)) * len(devices)
-    batch = {
-        k: jnp.asarray(np.pad(np.asarray(v), (0, padded - n), mode="edge"), dtype_of(k))
-        for k, v in params.items()
-    }
-    if len(devices) > 1:
-        mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-        batch = jax.device_put(batch, sharding)
-    return batch
-
-
-def per_device(fn: Callable) -> Callable:
-    """``fn(batch, *shared)`` (batched: every leaf of ``batch`` and of the output has the
-    run axis first; ``shared`` the same for every run) run by each device on its share
-    of the batch (``shard_map`` over all of JAX's devices, ``shared`` replicated), when
-    there are several and the batch divides evenly among them; ``fn`` itself otherwise.
-    Call it under ``jax.jit``.
-
-    Each device then runs the one-device program on fewer runs, so each run's arithmetic
-    is the same whatever the number of devices, and a ``lax.map`` (the ``map`` strategy
-    of adaptive solves, the CPU decompositions of ``rankflow.observables``) maps over the
-    device's own runs. Left to jit's automatic partitioning, the vmapped program of a
-    batch sharded over 2 CPU devices ran no faster than on one (measured here, one
-    sample on the shared 2-core machine: 64 GD runs, d = r = 32, 2,000 steps, 1.29 s
-    partitioned by jit, 0.83 s through ``shard_map``, 1.29 s on one device)."""
-    import jax
-
-    @functools.wraps(fn)
-    def call(batch, *shared):
-        devices = jax.devices()
-        if len(devices) == 1 or int(jax.tree.leaves(batch)[0].shape[0]) % len(devices):
-            return fn(batch, *shared)
-        mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
-        runs, same = jax.sharding.PartitionSpec("runs"), jax.sharding.PartitionSpec()
-        return jax.shard_map(
-            fn,
-            mesh=mesh,
-            in_specs=(runs, *(same for _ in shared)),
-            out_specs=runs,
-            check_vma=False,  # diffrax's loops and custom_vmap carry no annotations
-        )(batch, *shared)
-
-    return call

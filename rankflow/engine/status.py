@@ -1,5 +1,5 @@
 """Status codes of a run's saves, shared by every family's program and table (codes
-0, 1, 2 index :data:`rankflow.store.STATUS`: ok, diverged, max_steps)."""
+0, 1, 2 index :data:`rankflow.engine.store.STATUS`: ok, diverged, max_steps)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..store import STATUS
+from .store import STATUS
 
 __all__ = ["STATUS", "with_status"]
 

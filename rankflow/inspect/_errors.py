@@ -3,7 +3,7 @@ checkpoints (safetensors, PyTorch, the Hub cache) can raise it without importing
 
 from __future__ import annotations
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 
 __all__ = ["InspectError"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..writer import check_out, claimed
+from ..engine.writer import check_out, claimed
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
@@ -426,13 +426,13 @@ def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
 
 @functools.cache
 def _versions() -> dict[str, str]:
-    from ..store import package_versions
+    from ..engine.store import package_versions
 
     return package_versions(("rankflow", "safetensors", "numpy", "pandas", "pyarrow", "matplotlib"))
 
 
 def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
-    from ..store import write_outputs
+    from ..engine.store import write_outputs
 
     files = {HEADS_TABLE: insp.heads, "heads.csv": insp.heads, GRAMS_TABLE: insp.grams}
     files["summary.md"] = insp.summary

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..writer import check_out, claimed
+from ..engine.writer import check_out, claimed
 from ._checkpoint import InspectError, open_checkpoint
 from ._families import check_shapes, infer_layout
 from ._hub import is_repo_id, locate, split_revision
@@ -530,7 +530,7 @@ def series_summary(res: SeriesInspection) -> str:
 
 
 def _write(out: Path, res: SeriesInspection, figures) -> None:
-    from ..store import write_outputs
+    from ..engine.store import write_outputs
 
     files = {SERIES_TABLE: res.heads, RATES_TABLE: res.rates, "rates.csv": res.rates}
     files |= {LAYER_RATES_TABLE: res.layer_rates, "summary.md": res.summary}

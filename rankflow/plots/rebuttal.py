@@ -103,3 +103,43 @@ def rebuttal_figure(
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+# Per experiment: the figure's x column, metric, grouping and title.
+REBUTTAL_FIGURES = {
+    "lambda": dict(
+        x="train.lam",
+        metric="val_loss",
+        xlabel="λ (every group but LayerNorms)",
+        title="char_lm: loss and per-head rank across weight decay λ",
+    ),
+    "lr_control": dict(
+        x="train.lr_v",
+        metric="val_loss",
+        group="decay",
+        xlabel="value-projection learning-rate multiplier (train.lr_v)",
+        title="char_lm: effective-learning-rate control (decay on attention)",
+    ),
+    "dh": dict(
+        x="d_h",
+        metric="val_loss",
+        group="decay",
+        xlabel="head dimension d_h = D/H (D = 32)",
+        title="char_lm: key–query dimension, weight decay on against off attention",
+    ),
+    "contrast": dict(
+        x="variant",
+        metric={"ViT (shapes)": "val_accuracy", "char_lm": "val_loss"},
+        row="task",
+        xlabel="weight decay",
+        title="Weight decay in attention: vision against language",
+    ),
+}
+
+
+def experiment_figure(kind: str, finals: pd.DataFrame, out_path: str | Path | None = None):
+    """The figure of rebuttal experiment ``kind`` (a key of :data:`REBUTTAL_FIGURES`) from
+    its ``finals`` (:func:`rankflow.attention.tables.experiment`)."""
+    spec = dict(REBUTTAL_FIGURES[kind])
+    x, metric, title = spec.pop("x"), spec.pop("metric"), spec.pop("title")
+    return rebuttal_figure(finals, x, metric, title, out_path, **spec)

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config.fields import ConfigError
 from ..engine import programs
-from ..writer import claimed
+from ..engine.writer import claimed
 from . import report as report_lib
 from ._common import MODES, Claim, Context
 
@@ -131,7 +131,7 @@ def reproduce(
         raise ConfigError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     _, names = check_options(mode == "quick", mode == "full", only, checkpoint)
     _validate(names, mode)
-    from ..sweep import enable_compilation_cache
+    from ..core.family import enable_compilation_cache
 
     enable_compilation_cache()
     out = Path(out)
@@ -141,7 +141,7 @@ def reproduce(
 
 def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
     """The body of :func:`reproduce`, under its claim on ``out``."""
-    from ..store import provenance
+    from ..engine.store import provenance
 
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}

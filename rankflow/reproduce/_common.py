@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError
-from ..resources import sims_path
+from ..config.fields import ConfigError
+from ..config.resources import sims_path
 
 __all__ = ["MODES", "Claim", "Context", "config_path", "full_overrides"]
 
@@ -127,7 +127,7 @@ def full_overrides(name: str, mode: str) -> dict[str, Any]:
 
 def sweep_config(name: str, mode: str) -> dict[str, Any]:
     """A ``rankflow run`` config of ``sims/reproduce/NAME.toml``, resolved at ``mode``."""
-    from .. import config as config_lib
+    from ..core import config as config_lib
 
     return config_lib.resolve(config_path(name), full_overrides(name, mode))
 

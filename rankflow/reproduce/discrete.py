@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 
 from .. import compare as compare_lib
-from .. import config as config_lib
 from .. import plots, theory
 from ..api import run
+from ..core import config as config_lib
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 
 NAME = "discrete"

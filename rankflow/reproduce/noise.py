@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from .. import compare as compare_lib
-from .. import config as config_lib
-from .. import plots, simulate, theory
-from ..flows import minibatch_spread
+from .. import plots, theory
+from ..core import config as config_lib
+from ..core import program as simulate
+from ..core.fields import minibatch_spread
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 
 NAME = "noise"

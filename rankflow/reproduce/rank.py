@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .. import config as config_lib
 from .. import plots, theory
-from ..simulate import params_of, program_for
+from ..core import config as config_lib
+from ..core.program import params_of, program_for
 from ._common import Claim, Context, final_rows, fmt, per_problem, sweep_config, verdict
 
 NAME = "rank"

@@ -105,6 +105,7 @@ def _observe(ctx: Context, name: str, statement: str, measurement: str, figure: 
 
 def run_experiment(ctx: Context) -> None:
     from ..attention import tables
+    from ..plots.rebuttal import experiment_figure
 
     runs = {name: _run(ctx, name) for name in CONFIGS}
     specs = {
@@ -135,5 +136,5 @@ def run_experiment(ctx: Context) -> None:
         ctx.table(f"rebuttal_{kind}", summary)
         ctx.table(f"rebuttal_{kind}_runs", finals)
         figure = f"rebuttal_{kind}.png"
-        tables.figure(kind, finals, ctx.figures / figure)
+        experiment_figure(kind, finals, ctx.figures / figure)
         _observe(ctx, kind, statement, measurement(kind, summary), figure)

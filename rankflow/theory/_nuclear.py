@@ -4,17 +4,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-if TYPE_CHECKING:
-    from ..problems import Problem
-
 from ._common import Scalar, balance, float_dtype, frobenius, l2_penalty, nuclear_norm
+
+
+class Problem(Protocol):
+    """What T3's functions read of a problem (:class:`rankflow.core.problems.Problem` is
+    one): its ``kind``, the shape ``(m, n)`` of W and its loss ``L(W, data)``."""
+
+    kind: str
+    shape: tuple[int, int]
+
+    def loss(self, W: Float[Array, "m n"], data: dict[str, Array]) -> Scalar: ...
+
 
 # --- T1, T2: L2 penalty versus nuclear norm ------------------------------------------------
 
@@ -121,7 +129,7 @@ def prox_gradient(
 
 
 def lipschitz_constant(problem: Problem, data: dict[str, Array]) -> Float[Array, ""]:
-    """T3: the Lipschitz constant of ``∇L`` for a :class:`rankflow.problems.Problem`.
+    """T3: the Lipschitz constant of ``∇L`` for a :class:`rankflow.core.problems.Problem`.
 
     The largest eigenvalue of the (constant) Hessian of the quadratic loss:
     ``diagonal``: 1; ``sensing``: ``‖X_mat‖_2²/N`` with ``X_mat`` the N×(mn) matrix of

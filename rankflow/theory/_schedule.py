@@ -1,5 +1,5 @@
 # ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
-"""T4 and T5 under a learning-rate schedule η(t) = η·s(t) (:mod:`rankflow.schedules`),
+"""T4 and T5 under a learning-rate schedule η(t) = η·s(t) (:mod:`rankflow.numerics.schedules`),
 and the balance of a pair whose factors have their own learning-rate multipliers.
 
 T4 scheduled: ``dD/dt = −2η(t)λ D``, so ``D(t) = e^{−2λ∫₀ᵗη(s)ds} D(0)`` for any loss.
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ..schedules import Schedule, eta_at, eta_integral
+from ..numerics.schedules import Schedule, eta_at, eta_integral
 from ._common import Scalar, float_dtype, outer_scale
 
 # --- T4 under a schedule -------------------------------------------------------------------

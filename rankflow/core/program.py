@@ -21,27 +21,23 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from . import batching, vocabulary
+from ..config.fields import PID_DEFAULTS
+from ..engine import programs
+from ..engine.plan import pad_runs
+from ..engine.programs import TRACE_COUNTS
+from ..engine.status import STATUS, with_status
+from ..numerics import batching
+from ..numerics.batching import per_device, shard
+from ..numerics.schedules import kinks, schedule_columns, schedule_of, unit_clock
+from ..numerics.solve import max_abs, solve
 from . import config as config_lib
-from .depth import depth_observable_names, depth_observables, init_depth_factors, inner_widths
-from .depth import product as product_of
-from .engine import programs
-from .engine.plan import pad_runs, per_device, shard
-from .engine.programs import TRACE_COUNTS
-from .engine.status import STATUS, with_status
-from .flows import (
-    drift_field,
-    factor_grads,
-    factors_of,
-    initial_state,
-    max_abs,
-    noise_term,
-    solve,
-)
+from . import vocabulary
+from .factors import depth_observable_names, depth_observables, init_depth_factors, inner_widths
+from .factors import product as product_of
+from .fields import drift_field, factor_grads, factors_of, initial_state, noise_term
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, init_factors, make_problem
-from .schedules import kinks, schedule_columns, schedule_of, unit_clock
 
 __all__ = [
     "PARAM_KEYS",
@@ -89,7 +85,7 @@ class Program:
         self.depth = self.point["model"].get("depth", 2)
         self.widths = inner_widths(self.point["model"])
         self._jitted = jax.jit(per_device(jax.vmap(self._single)))
-        # Adaptive solves: how to batch them is measured (rankflow.batching).
+        # Adaptive solves: how to batch them is measured (rankflow.numerics.batching).
         self._measured = self.continuous and self.point["solver"]["adaptive"]
 
     @property
@@ -125,7 +121,7 @@ class Program:
         slowest run is done; one after another (``lax.map``) each takes its own steps.
         Which is faster depends on the spread of step counts, the sizes and the machine,
         so from ``MEASURE_FROM`` runs on it is measured once per structure on a probe of
-        the batch (:func:`rankflow.batching.choose`) and cached; smaller batches use an
+        the batch (:func:`rankflow.numerics.batching.choose`) and cached; smaller batches use an
         earlier measurement of the structure, or ``lax.map`` (faster in every case
         measured here: 64 Tsit5 solves 0.52 s mapped, 2.84 s vmapped; BENCHMARKS.md)."""
         if n >= MEASURE_FROM or self.key in batching.chosen():
@@ -150,7 +146,7 @@ class Program:
     def start(self, p: Mapping[str, jax.Array]):
         """One run's ``(data, theta0, hyper, noise_key)`` from its traced values ``p``
         (keys ``PARAM_KEYS``, as typed arrays): what the program starts from, so that
-        analyses (``rankflow.convergence``) can re-solve a run without copying its PRNG
+        analyses (``rankflow.core.convergence``) can re-solve a run without copying its PRNG
         layout."""
         base = jax.random.PRNGKey(p["seed"])
         init_key = jax.random.fold_in(base, 1)
@@ -232,7 +228,7 @@ class Program:
         return drift_field(self.kind, self.problem, self.schedule)
 
     def noise(self, theta0):
-        """The SDE's diffusion term as :func:`rankflow.flows.solve` takes it (a function of
+        """The SDE's diffusion term as :func:`rankflow.numerics.solve.solve` takes it (a function of
         ``brownian_for``): its noise model, problem, batch and schedule, from θ(0)."""
         return functools.partial(
             noise_term,
@@ -247,7 +243,7 @@ class Program:
     def _integrate(self, theta0, data, hyper, noise_key):
         """The flow of ``dynamics.kind`` from θ(0) = ``theta0``, solved as ``[solver]``
         says, with its Brownian motion from ``noise_key`` (SDEs): the observables at
-        the saves (:func:`rankflow.flows.solve`)."""
+        the saves (:func:`rankflow.numerics.solve.solve`)."""
         s, kind = self.point["solver"], self.kind
         noise = self.noise(theta0) if kind in vocabulary.SDE_DYNAMICS else None
         return solve(
@@ -261,7 +257,7 @@ class Program:
             dt=s["dt"],
             rtol=s["rtol"],
             atol=s["atol"],
-            controller={k: s[k] for k in vocabulary.PID_DEFAULTS},
+            controller={k: s[k] for k in PID_DEFAULTS},
             max_steps=s["max_steps"],
             noise=noise,
             key=noise_key,
@@ -281,7 +277,7 @@ class Program:
     def _iterate(self, theta0, data, hyper, noise_key):
         """The optimizer of ``dynamics.kind`` from ``theta0``, its noise and minibatches
         from ``noise_key``: the observables at the saves
-        (:func:`rankflow.optimizers.iterate`)."""
+        (:func:`rankflow.core.optimizers.iterate`)."""
         opt = self._optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
         if self.point["dynamics"]["noise"] == "gradient":
             # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.

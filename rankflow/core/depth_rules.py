@@ -1,6 +1,6 @@
-"""The config rules of ``model.depth`` (products of L factors, :mod:`rankflow.depth`):
+"""The config rules of ``model.depth`` (products of L factors, :mod:`rankflow.core.factors`):
 checks of ``model.r`` and ``init.pairs``, and the warning for a width below the target's
-rank. Pure Python, used by :mod:`rankflow.config` before anything compiles."""
+rank. Pure Python, used by :mod:`rankflow.core.config` before anything compiles."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from .schema import INT, LIST, ConfigError, Field, ge
+from ..config.fields import INT, LIST, ConfigError, Field, ge
 from .vocabulary import singular_values
 
 __all__ = ["MODEL_FIELDS", "PAIRS_FIELD", "positive_widths", "validate_depth", "warn_narrow"]

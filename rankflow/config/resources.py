@@ -15,7 +15,7 @@ from pathlib import Path
 __all__ = ["sims_dir", "sims_path"]
 
 # The checkout's sims/: one folder above the package.
-CHECKOUT_SIMS = Path(__file__).resolve().parents[1] / "sims"
+CHECKOUT_SIMS = Path(__file__).resolve().parents[2] / "sims"
 
 
 def sims_dir() -> Path:

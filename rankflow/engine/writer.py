@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .schema import ConfigError
+from ..config.fields import ConfigError
 
 __all__ = ["LOCK", "Busy", "WriterLock", "check_out", "claimed"]
 

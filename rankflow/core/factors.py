@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from . import linalg
+from ..numerics import linalg
+from ..theory import depth_balances
+from ..theory import product as factors_product
 from .observables import rank_columns
-from .theory import depth_balances
-from .theory import product as factors_product
 
 __all__ = [
     "chain",
@@ -61,7 +61,7 @@ def shape_of(theta) -> tuple[int, int]:
 
 def chain(G: Float[Array, "m n"], theta):
     """The factor gradients of a W-space gradient ``G`` by the chain rule: ``(G B, GᵀA)``
-    for the pair (written out: see :func:`rankflow.flows.factor_grads`), and
+    for the pair (written out: see :func:`rankflow.core.fields.factor_grads`), and
     ``∇_j = (W_L⋯W_{j+1})ᵀ G (W_{j−1}⋯W_1)ᵀ`` beyond (the pullback of :func:`product`)."""
     if len(theta) == 2:
         A, B = theta
@@ -74,7 +74,7 @@ def chain(G: Float[Array, "m n"], theta):
 
 
 def _normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype) -> Array:
-    # As rankflow.problems draws: in float32, cast, so x64 changes precision only.
+    # As rankflow.core.problems draws: in float32, cast, so x64 changes precision only.
     return jax.random.normal(key, shape, jnp.float32).astype(dtype)
 
 

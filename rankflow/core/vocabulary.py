@@ -1,6 +1,6 @@
 """The core family's vocabulary: the kinds of problem, initialisation and dynamics, the
 solvers and noise models each dynamics takes, and the values a point derives from its
-given ones (pure functions; :mod:`rankflow.config` validates and writes them in)."""
+given ones (pure functions; :mod:`rankflow.core.config` validates and writes them in)."""
 
 from __future__ import annotations
 
@@ -74,12 +74,6 @@ ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
 SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
 SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
 METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
-# The coefficients of adaptive solves' PID step-size controller (solver.pcoeff, .icoeff,
-# .dcoeff; diffrax's PIDController): diffrax's integral-only default.
-PID_DEFAULTS = {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
-
-# Learning-rate schedules η(t) = η·s(t) of every optimizer and flow (rankflow.schedules).
-SCHEDULES = ("constant", "warmup_cosine", "linear")
 
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
 # Steps of discrete dynamics are counted in int32 by the compiled loop.

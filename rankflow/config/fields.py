@@ -10,7 +10,7 @@ is a :class:`ConfigError` whose one-line message starts with the field it names.
 
 A family adds what only it knows: cross-field rules (a pure validation of one point)
 and derived values (filled into each point after validation); see
-:func:`rankflow.config.validate` and :func:`rankflow.config.derive`.
+:func:`rankflow.core.config.validate` and :func:`rankflow.core.config.derive`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from .vocabulary import PID_DEFAULTS, SCHEDULES
 
 __all__ = [
     "BOOL",
@@ -68,6 +66,14 @@ __all__ = [
     "sweep_points",
     "unalias",
 ]
+
+
+# The coefficients of adaptive solves' PID step-size controller (solver.pcoeff, .icoeff,
+# .dcoeff; diffrax's PIDController): diffrax's integral-only default.
+PID_DEFAULTS = {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
+
+# Learning-rate schedules η(t) = η·s(t) of every optimizer and flow (rankflow.numerics.schedules).
+SCHEDULES = ("constant", "warmup_cosine", "linear")
 
 
 class ConfigError(ValueError):
@@ -164,7 +170,7 @@ def solver_fields(scope: str) -> dict[str, Field]:
 
 
 def schedule_fields(t1: str) -> dict[str, Field]:
-    """The learning-rate schedule's keys of every family (``rankflow.schedules``); ``t1``
+    """The learning-rate schedule's keys of every family (``rankflow.numerics.schedules``); ``t1``
     names the key of the run's final time."""
     return {
         "schedule": Field(
@@ -479,7 +485,7 @@ def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]
     """The product of the sweep lists: one config per point, in row-major order of the
     ``[sweep]`` table (the first key varies slowest), with an empty sweep. Points are
     copies, except callables (a custom loss), which all points share. Materialised: for
-    large sweeps use :class:`rankflow.points.Points`, which makes them on demand."""
+    large sweeps use :class:`rankflow.config.points.Points`, which makes them on demand."""
     sweep = cfg.get("sweep") or {}
     keys = list(sweep)
     points = []

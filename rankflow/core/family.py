@@ -3,7 +3,7 @@ local device or as a SLURM job array, each finished chunk written atomically to
 ``DIR/results.parquet/``; resumable after any kill (:mod:`rankflow.engine`).
 
 Points are grouped by :func:`config.structure_key` (one compiled
-:class:`~rankflow.simulate.Program` per group); each group's runs ``(run_id, path)``
+:class:`~rankflow.core.program.Program` per group); each group's runs ``(run_id, path)``
 are cut into chunks of :func:`default_chunk_size` runs.
 """
 
@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import engine
+from ..engine import Chunk, Summary, enable_compilation_cache, store
 from . import config as config_lib
-from . import engine, store, vocabulary
-from .depth import inner_widths
-from .engine import Chunk, Summary, enable_compilation_cache
+from . import vocabulary
+from .factors import inner_widths
 from .observables import OBSERVABLES, num_singular_values
 from .problems import check_custom_loss
-from .simulate import run_runs
+from .program import run_runs
 
 __all__ = [
     "CORE",
@@ -63,8 +64,8 @@ def default_chunk_size(point: Mapping[str, Any]) -> int:
 
 
 class CoreFamily:
-    """Factor pairs W = ABᵀ under a flow or an optimizer: config :mod:`rankflow.config`,
-    program :class:`rankflow.simulate.Program`, one table (one row per run × path ×
+    """Factor pairs W = ABᵀ under a flow or an optimizer: config :mod:`rankflow.core.config`,
+    program :class:`rankflow.core.program.Program`, one table (one row per run × path ×
     save)."""
 
     tables = (store.RESULTS,)

@@ -3,7 +3,7 @@ shared Brownian paths, and Itô's formula for a function of the state from the v
 fields rankflow integrates (THEORY.md T9, T10; issue #15's solver rules).
 
 Every path of a run is solved at each ``dt`` and at a finer reference ``dt_ref`` from
-the same data, start and noise key as :class:`rankflow.simulate.Program` uses for it
+the same data, start and noise key as :class:`rankflow.core.program.Program` uses for it
 (``Program.start``), with one ``VirtualBrownianTree`` per path shared by every ``dt``
 (``flows.solve(..., brownian_tol=...)``). Its tolerance is ``dt_ref / 8``: the tree
 bisects ``[0, t1]`` down to nodes ``t1·2^{-k}`` finer than every step, so when the
@@ -28,9 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..numerics.solve import solve
 from . import vocabulary
-from .flows import factors_of, initial_state, solve
-from .simulate import PARAM_KEYS, params_of, program_for
+from .fields import factors_of, initial_state
+from .program import PARAM_KEYS, params_of, program_for
 
 __all__ = [
     "BROWNIAN_TOL_PER_DT",
@@ -133,7 +134,7 @@ def solve_paths(
     on the Brownian tree of tolerance ``brownian_tol``: ``A`` (paths, saves, m, r), ``B``
     (paths, saves, n, r), ``loss`` (paths, saves), ``D`` (paths, saves, r, r) at the
     point's save times ``ts``. ``method`` overrides ``solver.method`` (it goes to
-    :func:`rankflow.flows.solve` unchecked: the config layer's refusals do not apply)."""
+    :func:`rankflow.numerics.solve.solve` unchecked: the config layer's refusals do not apply)."""
     program = program_for(point, save="states")
     method = method or point["solver"]["method"]
     n_steps = int(np.ceil(np.round(program.ts[-1] / dt, 9)))

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .flows import Saved
-from .schedules import Schedule, eta_at
+from ..numerics.schedules import Schedule, lr_at, scale_by_lr
+from ..numerics.solve import Saved
 
 __all__ = [
     "add_gaussian_noise",
@@ -29,7 +29,6 @@ __all__ = [
     "momentum",
     "momentum_coupled",
     "optimizer_step",
-    "scale_by_lr",
     "sgd_gaussian",
 ]
 
@@ -60,19 +59,6 @@ def add_gaussian_noise(sigma: Scalar, key: PRNGKeyArray) -> optax.GradientTransf
         return jax.tree.unflatten(treedef, noisy), GaussianNoiseState(key)
 
     return optax.GradientTransformation(init_fn, update_fn)
-
-
-def scale_by_lr(eta: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
-    """``u ← −η_k u``: ``optax.scale(−η)`` for a constant schedule; otherwise
-    ``η_k = η(k)`` of ``schedule`` at optax's step count k (0 at the first step)."""
-    if schedule is None or schedule.constant:
-        return optax.scale(-eta)
-    return optax.scale_by_schedule(lambda k: -lr_at(k, eta, schedule))
-
-
-def lr_at(k, eta: Scalar, schedule: Schedule | None):
-    """η(k) at a step count ``k`` (an integer array), in η's dtype."""
-    return eta_at(jnp.asarray(k, jnp.result_type(eta)), eta, schedule)
 
 
 def gd(eta: Scalar, lam: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:

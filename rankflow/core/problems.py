@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from . import linalg
-from .config import ConfigError, load_callable
+from ..config.callables import load_callable
+from ..config.fields import ConfigError
+from ..numerics import linalg
 
 __all__ = ["Problem", "check_custom_loss", "init_factors", "make_problem"]
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .schema import Schema, copy_config, set_dotted
+from .fields import Schema, copy_config, set_dotted
 
 __all__ = ["EXACT_CHECK", "Points", "validated"]
 

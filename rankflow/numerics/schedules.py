@@ -27,8 +27,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float
 
-from .vocabulary import SCHEDULES
+from ..config.fields import SCHEDULES
+
+Scalar = Float[Array, ""]
 
 __all__ = [
     "SCHEDULES",
@@ -36,9 +40,11 @@ __all__ = [
     "eta_at",
     "eta_integral",
     "kinks",
+    "lr_at",
     "schedule_columns",
     "schedule_factor",
     "schedule_integral",
+    "scale_by_lr",
     "schedule_of",
     "unit_clock",
 ]
@@ -183,3 +189,16 @@ def unit_clock(t, sch: Schedule | None, discrete: bool):
     n = int(np.rint(t.max(initial=0)))
     steps = np.asarray(schedule_factor(np.arange(n, dtype=np.float64), sch), np.float64)
     return np.concatenate([[0.0], np.cumsum(steps)])[np.rint(t).astype(np.int64)]
+
+
+def scale_by_lr(eta: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
+    """``u ← −η_k u``: ``optax.scale(−η)`` for a constant schedule; otherwise
+    ``η_k = η(k)`` of ``schedule`` at optax's step count k (0 at the first step)."""
+    if schedule is None or schedule.constant:
+        return optax.scale(-eta)
+    return optax.scale_by_schedule(lambda k: -lr_at(k, eta, schedule))
+
+
+def lr_at(k, eta: Scalar, schedule: Schedule | None):
+    """η(k) at a step count ``k`` (an integer array), in η's dtype."""
+    return eta_at(jnp.asarray(k, jnp.result_type(eta)), eta, schedule)

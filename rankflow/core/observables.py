@@ -5,7 +5,7 @@ r×r core ``R_A R_Bᵀ`` of the thin QR factors when ``r < min(m, n)`` (exact by
 invariance, and cheap), from ``W`` itself otherwise.
 
 On CPU the decompositions of a vmapped batch run one matrix after another
-(:func:`rankflow.linalg.one_at_a_time`: batched LAPACK kernels side by side deadlock
+(:func:`rankflow.numerics.linalg.one_at_a_time`: batched LAPACK kernels side by side deadlock
 XLA:CPU's thread pool).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .linalg import eigvalsh, one_at_a_time
+from ..numerics.linalg import eigvalsh, one_at_a_time
 
 __all__ = [
     "OBSERVABLES",

@@ -6,7 +6,7 @@ DIR/manifest.json          config hash, chunk size and count: what resuming must
 DIR/results.parquet/       the tidy table, one parquet file per finished chunk
     chunk-00000.parquet
 DIR/submitit/              logs of SLURM array tasks (``--executor submitit``)
-DIR/.rankflow.lock         the writer's lock (:mod:`rankflow.writer`)
+DIR/.rankflow.lock         the writer's lock (:mod:`rankflow.engine.writer`)
 ```
 
 Every file is written atomically (a hidden temporary file, then a rename), so a
@@ -16,7 +16,7 @@ plan, index) in its parquet metadata: resuming and ``load(DIR)`` take only the c
 of the manifest's config and plan, name the others (foreign, duplicate, stray), and
 ``load`` warns (or, ``strict``, raises) when chunks are missing. Who may write a
 directory (one writer at a time, never a folder that is not rankflow's) is
-:mod:`rankflow.writer`'s.
+:mod:`rankflow.engine.writer`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from .schema import ConfigError
+from ..config.fields import ConfigError
 
 __all__ = [
     "STATUS",

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..config.fields import ConfigError
+from . import devices as cpu_devices
 from . import store
-from .config import ConfigError
-from .engine import devices as cpu_devices
-from .engine.programs import compilation_cache_dir
+from .programs import compilation_cache_dir
 from .store import package_versions
 
 __all__ = ["INSTALL_HINTS", "devices", "format_info", "info"]

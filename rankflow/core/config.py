@@ -5,7 +5,7 @@ A config is a nested dict (or a TOML file) with the sections of DESIGN.md. It is
 validated completely, in plain Python, before anything is traced or compiled: every
 error is a :class:`ConfigError` whose message names the field (``dynamics.lam``) and
 the allowed values. The config language itself (fields, dotted keys, ``--set``,
-``[sweep]``, did-you-mean) is :mod:`rankflow.schema`; this module holds what is the
+``[sweep]``, did-you-mean) is :mod:`rankflow.config.fields`; this module holds what is the
 core's own: :data:`SCHEMA`, :func:`validate` (pure) and :func:`derive` (fills a
 point's derived values), applied to every point of a sweep by :func:`expand`.
 
@@ -16,18 +16,14 @@ command line (``--set dynamics.lam=0.1``), in ``[sweep]`` and as the results col
 from __future__ import annotations
 
 import copy
-import importlib
-import os
-import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import schema as schema_lib
-from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
-from .points import Points, validated
-from .schema import (
+from ..config import fields as schema_lib
+from ..config.callables import UNHASHABLE_CODE, callable_identity, load_callable
+from ..config.fields import (
     BOOL,
     INT,
     LIST,
@@ -46,6 +42,8 @@ from .schema import (
     parse_set,
     seed_range,
 )
+from ..config.points import Points, validated
+from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .vocabulary import (
     CONTINUOUS_DYNAMICS,
     DISCRETE_DYNAMICS,
@@ -440,31 +438,6 @@ def warn_deterministic(points: list[Mapping[str, Any]]) -> None:
         )
 
 
-def load_callable(spec: str | Callable) -> Callable:
-    """``"package.module:function"`` → the function (a callable passes through)."""
-    if callable(spec):
-        return spec
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise ConfigError(f"problem.loss: expected 'module:function', got {spec!r}")
-    try:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError:
-            # As `python -m` would: modules beside the working directory are importable.
-            sys.path.insert(0, os.getcwd())
-            try:
-                mod = importlib.import_module(module)
-            finally:
-                sys.path.remove(os.getcwd())
-        obj = getattr(mod, name)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"problem.loss: cannot load {spec!r}: {e}") from None
-    if not callable(obj):
-        raise ConfigError(f"problem.loss: {spec!r} is not callable")
-    return obj
-
-
 # --- resolution ------------------------------------------------------------------------
 
 
@@ -474,7 +447,7 @@ def resolve(
 ) -> dict[str, Any]:
     """Load, override, fill defaults and validate every point of the sweep. Returns the
     base config, holding the derived values every point shares (see
-    :func:`rankflow.schema.shared_base`); its ``sweep`` table is validated but not
+    :func:`rankflow.config.fields.shared_base`); its ``sweep`` table is validated but not
     expanded: see :func:`expand`."""
     cfg = schema_lib.read_config(source, overrides, SCHEMA)
     # Validated now (every point, or of a large sweep its representatives), so that no
@@ -489,7 +462,7 @@ def resolve(
 def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists: one validated point per combination, its derived
     values filled, in row-major order of the ``[sweep]`` table (the first key varies
-    slowest). A sequence made on demand (:class:`rankflow.points.Points`)."""
+    slowest). A sequence made on demand (:class:`rankflow.config.points.Points`)."""
     return Points(cfg, SCHEMA, validated(validate, derive), NUMERIC_KEYS)
 
 
@@ -506,60 +479,3 @@ def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if callable(loss):
         out["problem"]["loss"] = callable_identity(loss)
     return out
-
-
-# How :func:`callable_identity` marks a callable whose code it cannot hash: a sweep of
-# it is not resumable (its identity would not tell two such callables apart).
-UNHASHABLE_CODE = "#code=unhashable"
-
-
-def callable_identity(fn: Callable) -> str:
-    """``module:qualname#code=HASH`` of a custom loss: HASH covers its bytecode,
-    constants, names, defaults and closure values, recursively through nested code and
-    functions, so two different lambdas differ (the globals it reads are not covered).
-    Where that cannot be computed (a builtin, a closure over an object of unknown
-    content): ``module:qualname`` + :data:`UNHASHABLE_CODE`."""
-    import hashlib
-    import inspect
-    import types
-
-    import numpy as np
-
-    digest = hashlib.sha256()
-
-    def feed(obj: Any, depth: int = 0) -> None:
-        if depth > 64:
-            raise TypeError("nested too deeply")
-        if isinstance(obj, types.CodeType):
-            digest.update(obj.co_code)
-            feed((obj.co_names, obj.co_consts), depth + 1)
-        elif isinstance(obj, types.FunctionType):
-            cells = tuple(c.cell_contents for c in obj.__closure__ or ())
-            feed((obj.__code__, obj.__defaults__, obj.__kwdefaults__, cells), depth + 1)
-        elif isinstance(obj, tuple | list | frozenset | dict):
-            items = sorted(obj.items(), key=repr) if isinstance(obj, dict) else obj
-            items = sorted(items, key=repr) if isinstance(obj, frozenset) else items
-            digest.update(f"{type(obj).__name__}:{len(items)}".encode())
-            for x in items:
-                feed(x, depth + 1)
-        elif obj is None or isinstance(obj, bool | int | float | complex | str | bytes):
-            digest.update(repr((type(obj).__name__, obj)).encode())
-        elif isinstance(obj, np.ndarray | np.generic) or type(obj).__module__.startswith("jax"):
-            arr = np.asarray(obj)
-            if arr.dtype == object:
-                raise TypeError(f"cannot hash a {type(obj).__name__}")
-            digest.update(f"{arr.dtype}{arr.shape}".encode() + arr.tobytes())
-        else:
-            raise TypeError(f"cannot hash a {type(obj).__name__}")
-
-    base = inspect.unwrap(fn)
-    kind = type(base)
-    name = f"{getattr(base, '__module__', kind.__module__)}:"
-    name += getattr(base, "__qualname__", kind.__qualname__)
-    try:
-        if not isinstance(base, types.FunctionType):
-            raise TypeError(f"{type(base).__name__} has no Python code")
-        feed(base)
-    except (TypeError, ValueError, RuntimeError):
-        return name + UNHASHABLE_CODE
-    return f"{name}#code={digest.hexdigest()[:16]}"
