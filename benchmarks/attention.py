@@ -91,7 +91,7 @@ def points_of(steps: int, eval_every: int | None = None) -> list[dict[str, Any]]
     """The ablation config's 12 points, with ``steps`` training steps."""
     from rankflow.attention import config as config_lib
 
-    overrides: dict[str, Any] = {"train.steps": steps}
+    overrides: dict[str, Any] = {"save.t1": steps}
     if eval_every is not None:
         overrides["train.eval_every"] = eval_every
     return list(config_lib.expand(config_lib.resolve(str(CONFIG), overrides)))
@@ -204,7 +204,8 @@ def handwritten(
     import jax.numpy as jnp
 
     tr = point["train"]
-    b1, b2, eps, every, B = tr["b1"], tr["b2"], tr["eps"], tr["eval_every"], tr["batch"]
+    b1, b2, eps, every = tr["b1"], tr["b2"], tr["eps"], tr["eval_every"]
+    B = point["dynamics"]["batch"]
     decay = set(tr["decay"])
     span = point["task"]["seq_len"] + 1
     is_leaf = lambda x: isinstance(x, tuple)
@@ -237,7 +238,7 @@ def handwritten(
             u = (m / (1 - b1**count)) / (jnp.sqrt(v / (1 - b2**count)) + eps)
             if lam_ is not None:
                 u = u + lam_ * p
-            return p - h["train.eta"] * (c * u), m, v
+            return p - h["dynamics.eta"] * (c * u), m, v
 
         def step(carry, _):
             params, m, v, k = carry
@@ -344,7 +345,8 @@ def run_flops(point: dict[str, Any], vocab: int, steps: int) -> float:
     two evaluation sets' forward passes at every save."""
     tr, val = point["train"], point["task"]["val_size"]
     saves = steps // tr["eval_every"] + 1
-    return forward_flops(point, vocab) * (3 * tr["batch"] * steps + saves * 2 * val)
+    batch = point["dynamics"]["batch"]
+    return forward_flops(point, vocab) * (3 * batch * steps + saves * 2 * val)
 
 
 def timed(fn: Callable, cpu: list[float] | None = None) -> tuple[Any, float]:

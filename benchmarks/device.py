@@ -103,8 +103,10 @@ COMPARE = {
 ATTENTION = {
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
     "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4, "val_size": 8},
-    "train": {"kind": "sgd", "eta": 0.1, "steps": 40, "eval_every": 20, "batch": 4},
-    "sweep": {"train.lam": [0.0, 0.1, 0.2], "seed": [0, 1]},
+    "dynamics": {"kind": "sgd", "eta": 0.1, "batch": 4},
+    "train": {"eval_every": 20},
+    "save": {"t1": 40},
+    "sweep": {"dynamics.lam": [0.0, 0.1, 0.2], "seed": [0, 1]},
 }
 
 
@@ -136,7 +138,7 @@ def suite(quick: bool, parts: list[str]) -> dict[str, Any]:
         for name, table in compare(COMPARE, overrides=overrides).items():
             tables[f"compare {name}"] = table
     if "attention" in parts:
-        quicker = {"train.steps": 20, "train.eval_every": 10}
+        quicker = {"save.t1": 20, "train.eval_every": 10}
         att = ra.run(ATTENTION, overrides=quicker if quick else None)
         tables["attention heads"], tables["attention loss"] = att.heads, att.loss
     jax.config.update("jax_default_matmul_precision", None)
@@ -262,10 +264,11 @@ def attention_rate(quick: bool, repeats: int) -> tuple[float, int]:
         "x64": False,
         "attention": model,
         "task": task,
-        "train": {"kind": "adamw", "eta": 3e-3, "steps": steps, "batch": batch, "lam": 1.0},
+        "dynamics": {"kind": "adamw", "eta": 3e-3, "batch": batch, "lam": 1.0},
+        "train": {"eval_every": steps},
+        "save": {"t1": steps},
         "sweep": {"seed": runs},
     }
-    cfg["train"]["eval_every"] = steps
     seconds = median_call(lambda: ra.run(cfg), repeats)
     return steps * len(runs) / seconds, len(runs)
 

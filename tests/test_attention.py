@@ -27,7 +27,7 @@ TINY = {
     "x64": True,
     "attention": {"D": 8, "H": 2, "layers": 2, "context": 8},
     "task": {"kind": "char_lm", "seq_len": 8, "val_size": 4, "max_chars": 4000},
-    "train": {"batch": 4, "eta": 0.1},
+    "dynamics": {"batch": 4, "eta": 0.1},
 }
 
 
@@ -51,7 +51,7 @@ def _gap_errors(heads: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (layer, head, pair), g in heads.groupby(["layer", "head", "pair"]):
         g = g.sort_values("t")
-        lam, eta = g[f"train.lam_{pair}"].iloc[0], g["train.eta"].iloc[0]
+        lam, eta = g[f"train.lam_{pair}"].iloc[0], g["dynamics.eta"].iloc[0]
         decay = np.exp(-2.0 * eta * lam * g["t"].to_numpy())
         gap, tr = g["balance_gap"].to_numpy(), g["balance_trace"].to_numpy()
         rows.append(
@@ -70,14 +70,16 @@ def _gap_errors(heads: pd.DataFrame) -> pd.DataFrame:
 # Each pair has its own λ; the rest of the model is decayed differently (or not at all):
 # T4 for a pair needs only the pair's own decay.
 FLOW = {
-    "kind": "gradient_flow",
-    "steps": 20,
-    "eval_every": 5,
-    "decay": ["qk", "vo", "mlp", "norm"],
-    "lam_qk": 0.5,
-    "lam_vo": 1.0,
-    "lam_mlp": 0.2,
-    "lam_norm": 0.3,
+    "dynamics": {"kind": "gradient_flow"},
+    "save": {"t1": 20},
+    "train": {
+        "eval_every": 5,
+        "decay": ["qk", "vo", "mlp", "norm"],
+        "lam_qk": 0.5,
+        "lam_vo": 1.0,
+        "lam_mlp": 0.2,
+        "lam_norm": 0.3,
+    },
 }
 TIGHT = {"rtol": 1e-10, "atol": 1e-12}
 # T4 holds to ≤ 1e-6 relative (measured: 2e-13 at these tolerances); the bound leaves
@@ -86,7 +88,7 @@ T4_TOL = 1e-9
 
 
 def test_T4_every_head_balances_exponentially_under_gradient_flow():
-    res = ra.run(_cfg(train=FLOW, solver=TIGHT))
+    res = ra.run(_cfg(**FLOW, solver=TIGHT))
     assert (res.heads["status"] == "ok").all()
     assert len(res.heads) == 5 * 2 * 2 * 2  # saves × layers × heads × pairs
     err = _gap_errors(res.heads)
@@ -102,7 +104,7 @@ def test_T4_every_head_balances_exponentially_under_gradient_flow():
 
 def test_T4_fails_with_qk_biases():
     biased = {"qk_bias": True, "bias_scale": 0.5}
-    res = ra.run(_cfg(attention=biased, train=FLOW, solver=TIGHT))
+    res = ra.run(_cfg(attention=biased, **FLOW, solver=TIGHT))
     assert (res.heads["status"] == "ok").all()
     err = _gap_errors(res.heads).set_index(["layer", "head", "pair"])
     # q/k biases enter the scores outside W_Q W_Kᵀ: the key-query identity breaks, in
@@ -117,14 +119,8 @@ def _gd_step(bias: bool):
     gradients ``G`` per head, the factor gradients and the hyperparameters."""
     point = _point(
         attention={"qk_bias": bias, "vo_bias": bias, "bias_scale": 0.5},
-        train={
-            "kind": "sgd",
-            "eta": 0.3,
-            "decay": list(ra.GROUPS),
-            "lam": 0.1,
-            "lam_qk": 0.5,
-            "lam_vo": 0.2,
-        },
+        dynamics={"kind": "sgd", "eta": 0.3, "lam": 0.1},
+        train={"decay": list(ra.GROUPS), "lam_qk": 0.5, "lam_vo": 0.2},
     )
     task = make_task(point)
     model = ra.Model(ra.model_spec(point, task))
@@ -335,14 +331,16 @@ pairs = 3
 keys = 4
 values = 4
 val_size = 8
-[train]
+[dynamics]
 kind = "adamw"
 eta = 0.01
-steps = 20
-eval_every = 10
 batch = 4
+[train]
+eval_every = 10
+[save]
+t1 = 20
 [sweep]
-"train.lam" = [0.0, 0.5]
+"dynamics.lam" = [0.0, 0.5]
 seed = [0, 1]
 """
 
@@ -361,12 +359,12 @@ seed = [0, 1]
         ({"task": {"kind": "in_context_regression", "points": 12}}, "task.points", "≤ 8"),
         ({"task": {"max_chars": 60}}, "task.val_fraction", "must be in [0.15, 0.85]"),
         ({"task": {"max_chars": 17}}, "task.max_chars", "must be ≥ 2·(task.seq_len + 1) = 18"),
-        ({"train": {"kind": "adam"}}, "train.kind", "sgd, momentum, adamw, gradient_flow"),
+        ({"dynamics": {"kind": "adam"}}, "dynamics.kind", "sgd, momentum, adamw, gradient_flow"),
         ({"solver": {"method": "euler"}}, "solver.method", "tsit5, dopri5, dopri8, bosh3"),
-        ({"train": {"steps": 10, "eval_every": 3}}, "train.eval_every", "must divide"),
+        ({"save": {"t1": 10}, "train": {"eval_every": 3}}, "train.eval_every", "must divide"),
         ({"attention": {"heads": 2}}, "attention.heads", "unknown key"),
         ({"attention": {"H": 2.5}}, "attention.H", "an integer"),
-        ({"train": {"lam": -1.0}}, "train.lam", "must be ≥ 0"),
+        ({"dynamics": {"lam": -1.0}}, "dynamics.lam", "must be ≥ 0"),
     ],
 )
 def test_bad_inputs_name_the_field(change, field, allowed):
@@ -405,8 +403,8 @@ def test_error_messages_suggest():
         ra.resolve(_cfg(task={"kind": "char_lmm"}))
     with pytest.raises(ConfigError, match="did you mean 'mlp'"):
         ra.resolve(_cfg(train={"decay": ["mpl"]}))
-    with pytest.raises(ConfigError, match="did you mean 'train.steps'"):
-        ra.resolve(_cfg(train={"step": 2}))
+    with pytest.raises(ConfigError, match="did you mean 'save.t1'"):
+        ra.resolve(_cfg(save={"t": 2}))
     # A bad point of a sweep is found before anything compiles.
     with pytest.raises(ConfigError, match="^attention.H:"):
         ra.resolve(_cfg(sweep={"attention.H": [2, 3]}))
@@ -444,8 +442,8 @@ def test_cli_train_writes_tables_resumes_and_compiles_once(tmp_path, capsys):
     pd.testing.assert_frame_equal(again.loss, res.loss)
     assert ra.TRACE_COUNTS[key] == 1
     # Another config in the same directory: refused, naming the difference.
-    assert cli.main(args + ["--resume", "--set", "train.steps=10"]) == 2
-    assert "train.steps" in capsys.readouterr().err
+    assert cli.main(args + ["--resume", "--set", "save.t1=10"]) == 2
+    assert "save.t1" in capsys.readouterr().err
     # Figures from the directory (associative_recall has no unigram baseline).
     assert ra.validation_baseline(out) is None
     for figure in ("rank", "ablation"):
@@ -479,11 +477,11 @@ def test_attention_figures_from_tables(tmp_path):
                                 "t": t,
                                 "status": "ok",
                                 "seed": seed,
-                                "train.kind": "sgd",
-                                "train.eta": 0.1,
+                                "dynamics.kind": "sgd",
+                                "dynamics.eta": 0.1,
                                 "train.lam_qk": lam,
                                 "train.lam_vo": lam,
-                                "train.rank_tol": 1e-3,
+                                "save.rank_tol": 1e-3,
                                 "layer": layer,
                                 "head": head,
                                 "pair": pair,
@@ -494,7 +492,7 @@ def test_attention_figures_from_tables(tmp_path):
                         )
     heads = pd.DataFrame(rows)
     plots.attention_rank_figure(heads, tmp_path / "rank.png")
-    flow = heads.assign(**{"train.kind": "gradient_flow"})
+    flow = heads.assign(**{"dynamics.kind": "gradient_flow"})
     plots.attention_balance_figure([heads, flow], tmp_path / "balance.png")
     loss = heads[(heads["layer"] == 0) & (heads["head"] == 0) & (heads["pair"] == "qk")]
     loss = loss.assign(val_loss=rng.normal(2, 0.1, len(loss)), train_loss=2.0)

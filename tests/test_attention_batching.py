@@ -23,8 +23,10 @@ CONFIG = {
     "x64": True,
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
     "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4, "val_size": 8},
-    "train": {"kind": "adamw", "eta": 0.01, "steps": 12, "eval_every": 4, "batch": 4},
-    "sweep": {"train.lam": [0.0, 0.5, 1.0]},
+    "dynamics": {"kind": "adamw", "eta": 0.01, "batch": 4},
+    "train": {"eval_every": 4},
+    "save": {"t1": 12},
+    "sweep": {"dynamics.lam": [0.0, 0.5, 1.0]},
 }
 
 
@@ -75,17 +77,19 @@ def _train(config: Path, out: Path, devices: int):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["adamw", "gradient_flow"])
 def test_one_and_two_devices_give_identical_attention_tables(tmp_path, kind):
-    train = {"kind": kind, "eta": 0.01, "steps": 12, "eval_every": 4, "batch": 4}
+    dynamics = {"kind": kind, "eta": 0.01, "batch": 4}
     lines = [
         "x64 = true",
         "[attention]",
         "D = 8\nH = 2\nlayers = 1\ncontext = 8",
         "[task]",
         'kind = "associative_recall"\npairs = 3\nkeys = 4\nvalues = 4\nval_size = 8',
-        "[train]",
-        *(f"{k} = {v!r}".replace("'", '"') for k, v in train.items()),
+        "[dynamics]",
+        *(f"{k} = {v!r}".replace("'", '"') for k, v in dynamics.items()),
+        "[train]\neval_every = 4",
+        "[save]\nt1 = 12",
         "[sweep]",
-        '"train.lam" = [0.0, 0.5, 1.0]',  # 3 runs: padded to 4 on two devices
+        '"dynamics.lam" = [0.0, 0.5, 1.0]',  # 3 runs: padded to 4 on two devices
     ]
     config = tmp_path / "c.toml"
     config.write_text("\n".join(lines) + "\n")

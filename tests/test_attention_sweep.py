@@ -30,14 +30,16 @@ pairs = 3
 keys = 4
 values = 4
 val_size = 8
-[train]
+[dynamics]
 kind = "sgd"
 eta = 0.1
-steps = 800
-eval_every = 200
 batch = 4
+[train]
+eval_every = 200
+[save]
+t1 = 800
 [sweep]
-"train.lam" = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1]
+"dynamics.lam" = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1]
 seed = [0, 1]
 """
 
@@ -86,7 +88,7 @@ def test_submitit_local_executor_runs_a_two_job_array_into_one_directory(tmp_pat
     out = tmp_path / "array"
     args = [str(path), "--out", str(out), "--chunk", "1", "--quiet"]
     args += ["--executor", "submitit", "--cluster", "local", "--jobs", "2", "--time", "5"]
-    args += ["--set", "sweep.seed=[0]", "--set", "sweep.train.lam=[0.0, 0.5, 1.0]"]
+    args += ["--set", "sweep.seed=[0]", "--set", "sweep.dynamics.lam=[0.0, 0.5, 1.0]"]
     for resume, line in (([], "3 runs (0 diverged"), (["--resume"], "3 chunks resumed")):
         proc = _train(*args, *resume)
         stdout, stderr = proc.communicate(timeout=300)
@@ -94,5 +96,5 @@ def test_submitit_local_executor_runs_a_two_job_array_into_one_directory(tmp_pat
         # Two array tasks ran as real subprocesses; a resumed array sends nothing.
         assert len(list((out / "submitit").glob("*_result.pkl"))) == 2
     assert len(list((out / "loss.parquet").glob("chunk-*.parquet"))) == 3
-    overrides = {"sweep.seed": [0], "sweep.train.lam": [0.0, 0.5, 1.0]}
+    overrides = {"sweep.seed": [0], "sweep.dynamics.lam": [0.0, 0.5, 1.0]}
     _assert_same(ra.load(out), ra.run(str(path), overrides=overrides, chunk=1))

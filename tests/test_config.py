@@ -318,48 +318,130 @@ def test_validate_changes_nothing_and_derive_fills():
     assert point["problem"]["m"] == 5 and point["solver"]["method"] == "tsit5"
 
 
-# --- one vocabulary: the core's names in attention configs -------------------------------
+# --- one vocabulary: one name per quantity across the families (issue #27) ---------------
 
 
-def test_attention_accepts_the_core_names_as_aliases():
+def test_attention_takes_the_core_names():
     from rankflow.attention import config as A
 
-    canonical = A.resolve(
+    cfg = A.resolve(
         {
-            "train": {"lam": 0.3, "eta": 0.01, "steps": 20, "eval_every": 10, "mu": 0.2},
-            "attention": {"init_scale": 0.5},
-            "sweep": {"train.lam": [0.1, 0.2]},
-        }
-    )
-    aliased = A.resolve(
-        {
-            "dynamics": {"lam": 0.3, "eta": 0.01, "mu": 0.2},
-            "save": {"t1": 20},
+            "dynamics": {"kind": "momentum", "lam": 0.3, "eta": 0.01, "mu": 0.2, "batch": 8},
+            "save": {"t1": 20, "rank_tol": 1e-2},
+            "solver": {"diverge_norm": 1e3},
             "train": {"eval_every": 10},
             "init": {"scale": 0.5},
             "sweep": {"dynamics.lam": [0.1, 0.2]},
         }
     )
-    assert aliased == canonical
+    assert cfg["dynamics"] == {
+        "kind": "momentum",
+        "eta": 0.01,
+        "mu": 0.2,
+        "lam": 0.3,
+        "batch": 8,
+        "schedule": "constant",
+        "warmup": None,
+        "final_fraction": None,
+    }
+    assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2} and cfg["init"] == {"scale": 0.5}
+    assert cfg["solver"]["diverge_norm"] == 1e3
+    assert A.save_steps(cfg) == [0, 10, 20]
     over = A.resolve({}, {"dynamics.eta": 0.02, "sweep.init.scale": [1.0, 2.0]})
-    assert over["train"]["eta"] == 0.02 and over["sweep"] == {"attention.init_scale": [1.0, 2.0]}
+    assert over["dynamics"]["eta"] == 0.02 and over["sweep"] == {"init.scale": [1.0, 2.0]}
+    # The traced keys (and so the tables' columns) in the order they always had.
+    assert A.NUMERIC_KEYS[:5] == (
+        "seed",
+        "init.scale",
+        "dynamics.eta",
+        "dynamics.mu",
+        "dynamics.lam",
+    )
+    # The former names are gone from the schema, the keys' help and every section.
     help_text = A.keys_help()
-    for alias, key in A.ALIASES.items():
-        assert f"{alias} = {key}" in help_text
+    for old, new in A.RENAMED.items():
+        assert old not in A.ALL_KEYS and new in A.ALL_KEYS
+        assert f"{new} = " in help_text and f"{old} = " not in help_text
+    assert "aliases" not in help_text
+
+
+def _renamed(old: str, new: str, where: str = "", how: str = "") -> str:
+    return (
+        f"{where}{old}: renamed {new} (one name across rankflow's families); "
+        f"write {how or where + new}"
+    )
+
+
+def _renamed_cases():
+    from rankflow.attention.config import RENAMED
+
+    return sorted(RENAMED.items())
+
+
+@pytest.mark.parametrize("old, new", _renamed_cases())
+def test_attention_former_name_in_toml_is_one_line_naming_the_new(tmp_path, old, new):
+    from rankflow.attention import config as A
+
+    sec, _, name = old.rpartition(".")
+    path = tmp_path / "old.toml"
+    path.write_text(f"[{sec}]\n{name} = 1\n")
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve(path)
+    assert str(e.value) == _renamed(old, new)
+    # ... and in a Python config, a --set override and a [sweep] key.
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve({sec: {name: 1}})
+    assert str(e.value) == _renamed(old, new)
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve({}, {old: 1})
+    assert str(e.value) == _renamed(old, new)
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve({"sweep": {old: [1]}})
+    assert str(e.value) == _renamed(old, new, "sweep.", f'"{new}" in [sweep]')
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.resolve({}, {f"sweep.{old}": [1]})
+    assert str(e.value) == _renamed(old, new, "sweep.")
 
 
 @pytest.mark.parametrize(
-    "cfg, overrides, field",
+    "text, sets, message",
     [
-        ({"train": {"lam": 0.1}, "dynamics": {"lam": 0.2}}, {}, "dynamics.lam"),
-        ({"sweep": {"train.eta": [0.1], "dynamics.eta": [0.2]}}, {}, "sweep.dynamics.eta"),
-        ({}, {"save.t1": 10, "train.steps": 20}, "save.t1"),
+        (
+            "[train]\nlam = 0.1\n",
+            [],
+            _renamed("train.lam", "dynamics.lam"),
+        ),
+        ("", ["train.steps=8"], _renamed("train.steps", "save.t1")),
+        ("", ["attention.init_scale=0.5"], _renamed("attention.init_scale", "init.scale")),
+        (
+            '[sweep]\n"train.eta" = [0.1, 0.2]\n',
+            [],
+            _renamed("train.eta", "dynamics.eta", "sweep.", '"dynamics.eta" in [sweep]'),
+        ),
+        ("", ["sweep.train.kind=['sgd']"], _renamed("train.kind", "dynamics.kind", "sweep.")),
     ],
 )
-def test_attention_refuses_an_alias_given_with_its_key(cfg, overrides, field):
-    from rankflow.attention import config as A
+def test_attention_cli_former_name_exits_2_with_one_line(tmp_path, capsys, text, sets, message):
+    from rankflow.attention import TRACE_COUNTS as ATTENTION_TRACES
 
+    path = tmp_path / "old.toml"
+    path.write_text(text)
+    before = dict(ATTENTION_TRACES)
+    argv = ["attention", "train", str(path), "--out", str(tmp_path / "o")]
+    for s in sets:
+        argv += ["--set", s]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err == f"rankflow: error: {message}\n", err
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "o").exists() and dict(ATTENTION_TRACES) == before
+
+
+def test_core_configs_are_unchanged_by_the_attention_renames():
+    # An attention-only name in a core config is an unknown key, as before (no renaming).
     with pytest.raises(rankflow.ConfigError) as e:
-        A.resolve(cfg, overrides)
-    msg = str(e.value)
-    assert msg.startswith(f"{field}: another name for ") and "give only one" in msg, msg
+        C.resolve({}, {"train.lam": 0.1})
+    assert str(e.value).startswith("train.lam: unknown key") and "renamed" not in str(e.value)
+    with pytest.raises(rankflow.ConfigError) as e:
+        C.resolve({"train": {"lam": 0.1}})
+    assert str(e.value).startswith("train: unknown key") and "renamed" not in str(e.value)

@@ -199,8 +199,10 @@ tables = {
 att = ra.run({
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
     "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4, "val_size": 8},
-    "train": {"kind": "sgd", "eta": 0.1, "steps": 40, "eval_every": 20, "batch": 4},
-    "sweep": {"train.lam": [0.0, 0.1, 0.2], "seed": [0, 1, 2]},
+    "dynamics": {"kind": "sgd", "eta": 0.1, "batch": 4},
+    "train": {"eval_every": 20},
+    "save": {"t1": 40},
+    "sweep": {"dynamics.lam": [0.0, 0.1, 0.2], "seed": [0, 1, 2]},
 })
 tables["attention heads"], tables["attention loss"] = att.heads, att.loss
 with open(OUT, "wb") as f:

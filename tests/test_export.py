@@ -22,15 +22,9 @@ from rankflow.inspect import canonical, infer_layout, inspect_checkpoint, open_c
 CONFIG = {
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
     "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4, "val_size": 8},
-    "train": {
-        "kind": "sgd",
-        "eta": 0.1,
-        "lam": 1.0,
-        "steps": 8,
-        "eval_every": 2,
-        "batch": 4,
-        "export_every": 4,
-    },
+    "dynamics": {"kind": "sgd", "eta": 0.1, "lam": 1.0, "batch": 4},
+    "train": {"eval_every": 2, "export_every": 4},
+    "save": {"t1": 8},
     "sweep": {"seed": [0, 1]},
 }
 # Columns both tables have, with the same definition (THEORY.md's observables table).
@@ -154,7 +148,8 @@ def test_cli_export_every_writes_the_exports(trained, tmp_path):
     toml.write_text(
         "[attention]\nD = 8\nH = 2\nlayers = 1\ncontext = 8\n"
         '[task]\nkind = "associative_recall"\npairs = 3\nkeys = 4\nvalues = 4\nval_size = 8\n'
-        '[train]\nkind = "sgd"\neta = 0.1\nlam = 1.0\nsteps = 8\neval_every = 2\nbatch = 4\n'
+        '[dynamics]\nkind = "sgd"\neta = 0.1\nlam = 1.0\nbatch = 4\n'
+        "[train]\neval_every = 2\n[save]\nt1 = 8\n"
         "[sweep]\nseed = [0, 1]\n"
     )
     out = tmp_path / "out"
@@ -170,7 +165,7 @@ def test_cli_export_every_writes_the_exports(trained, tmp_path):
     "train, message",
     [
         ({"export_every": 3}, "train.export_every: must be a multiple of train.eval_every = 2"),
-        ({"export_every": 16}, "divide train.steps = 8"),
+        ({"export_every": 16}, "divide save.t1 = 8"),
         ({"export_every": -4}, "train.export_every"),
     ],
 )

@@ -14,23 +14,16 @@ ETA, LAM = 0.05, 1.0
 CONFIG = {
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
     "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4, "val_size": 8},
-    "train": {
-        "kind": "sgd",
-        "eta": ETA,
-        "lam": LAM,
-        "steps": 24,
-        "eval_every": 4,
-        "batch": 4,
-        "export_every": 4,
-        "decay": ["qk", "vo", "mlp", "embed"],
-    },
+    "dynamics": {"kind": "sgd", "eta": ETA, "lam": LAM, "batch": 4},
+    "train": {"eval_every": 4, "export_every": 4, "decay": ["qk", "vo", "mlp", "embed"]},
+    "save": {"t1": 24},
     "seed": 0,
 }
 
 
 def _series(tmp_path, lam: float):
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in CONFIG.items()}
-    cfg["train"]["lam"] = lam
+    cfg["dynamics"]["lam"] = lam
     out = tmp_path / f"run_lam{lam:g}"
     ra.run(cfg, out=out)
     folders = sorted((out / "export" / "run_0").glob("step_*"))

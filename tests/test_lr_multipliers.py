@@ -23,7 +23,8 @@ TINY = {
     "x64": True,
     "attention": {"D": 8, "H": 2, "layers": 1, "context": 8, "qk_bias": True},
     "task": {"kind": "char_lm", "seq_len": 8, "val_size": 4, "max_chars": 4000},
-    "train": {"batch": 4, "decay": ["qk", "vo", "mlp", "norm"], "lam_vo": 0.3},
+    "dynamics": {"batch": 4},
+    "train": {"decay": ["qk", "vo", "mlp", "norm"], "lam_vo": 0.3},
 }
 LR = {"qk": 0.5, "vo": 2.0, "mlp": 0.25, "embed": 1.5, "norm": 0.75}
 LR.update({"q": 3.0, "k": 1.0, "v": 0.1, "o": 0.6})
@@ -151,7 +152,9 @@ def test_multiplier_sweep_compiles_once_and_unit_multipliers_add_no_column():
     cfg = {
         **TINY,
         "attention": {**TINY["attention"], "qk_bias": False, "vo_bias": False},
-        "train": {**TINY["train"], "kind": "sgd", "steps": 4, "eval_every": 2, "eta": 0.1},
+        "dynamics": {**TINY["dynamics"], "kind": "sgd", "eta": 0.1},
+        "train": {**TINY["train"], "eval_every": 2},
+        "save": {"t1": 4},
     }
     key = C.structure_key(C.expand(C.resolve(cfg))[0])
     before = ra.TRACE_COUNTS[key]

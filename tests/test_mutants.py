@@ -225,7 +225,7 @@ def test_mutant_rank_factorised_is_nuclear():
 
 # --- attention ---------------------------------------------------------------------------
 
-ATTENTION = {"train.steps": 200, "sweep.train.lam": [0.0, 3.0], "sweep.seed": [0, 1]}
+ATTENTION = {"save.t1": 200, "sweep.dynamics.lam": [0.0, 3.0], "sweep.seed": [0, 1]}
 
 
 def test_mutant_attention_rank():

@@ -50,8 +50,8 @@ def _tables(points: list[dict], steps=(0, 10)):
 
 
 def test_run_finals_takes_the_last_step_and_the_mean_over_heads():
-    loss, heads = _tables([{"seed": s, "train.lam": 1.0} for s in range(3)])
-    fin = tables.run_finals(loss, heads, ["train.lam"])
+    loss, heads = _tables([{"seed": s, "dynamics.lam": 1.0} for s in range(3)])
+    fin = tables.run_finals(loss, heads, ["dynamics.lam"])
     assert fin["val_loss"].tolist() == [1.0, 2.0, 3.0]
     # mean over layer ∈ {0, 1}, head/2 ∈ {0, 0.5}: i + 0.75
     np.testing.assert_allclose(fin["rank_qk"], [0.75, 1.75, 2.75], rtol=0, atol=1e-15)
@@ -59,18 +59,18 @@ def test_run_finals_takes_the_last_step_and_the_mean_over_heads():
 
 
 def test_run_finals_drops_runs_that_did_not_finish():
-    loss, heads = _tables([{"seed": s, "train.lam": 1.0} for s in range(3)])
+    loss, heads = _tables([{"seed": s, "dynamics.lam": 1.0} for s in range(3)])
     loss.loc[(loss["run_id"] == 1) & (loss["t"] == 10), "status"] = "diverged"
     heads.loc[(heads["run_id"] == 1) & (heads["t"] == 10), "status"] = "diverged"
-    fin = tables.run_finals(loss, heads, ["train.lam"])
+    fin = tables.run_finals(loss, heads, ["dynamics.lam"])
     assert fin["run_id"].tolist() == [0, 2]
 
 
 def test_summarize_mean_and_std_over_seeds():
-    pts = [{"seed": s, "train.lam": lam} for lam in (0.0, 1.0) for s in range(3)]
+    pts = [{"seed": s, "dynamics.lam": lam} for lam in (0.0, 1.0) for s in range(3)]
     loss, heads = _tables(pts)
     out = tables.lambda_summary(loss, heads)
-    assert out["train.lam"].tolist() == [0.0, 1.0]
+    assert out["dynamics.lam"].tolist() == [0.0, 1.0]
     assert out["seeds"].tolist() == [3, 3]
     # runs 0, 1, 2 → val 1, 2, 3: mean 2, std (ddof 1) 1; runs 3, 4, 5 → mean 5
     np.testing.assert_allclose(out["val_loss_mean"], [2.0, 5.0], rtol=0, atol=1e-15)
@@ -81,10 +81,10 @@ def test_summarize_mean_and_std_over_seeds():
 
 
 def test_summarize_one_seed_has_no_spread():
-    loss, heads = _tables([{"seed": 0, "train.lam": 1.0}])
+    loss, heads = _tables([{"seed": 0, "dynamics.lam": 1.0}])
     out = tables.lambda_summary(loss, heads)
     assert np.isnan(out["val_loss_std"].iloc[0])
-    assert "± " not in tables.markdown(out, {"train.lam": "λ"}, {"val_loss": "loss"})
+    assert "± " not in tables.markdown(out, {"dynamics.lam": "λ"}, {"val_loss": "loss"})
 
 
 def test_contrast_table_labels_variants_in_order_per_task():
@@ -149,10 +149,10 @@ def test_lr_control_and_dh_orders_and_labels():
 
 
 def test_markdown_cells():
-    loss, heads = _tables([{"seed": s, "train.lam": 0.3} for s in range(2)])
+    loss, heads = _tables([{"seed": s, "dynamics.lam": 0.3} for s in range(2)])
     text = tables.markdown(
         tables.lambda_summary(loss, heads),
-        {"train.lam": "λ"},
+        {"dynamics.lam": "λ"},
         {"val_loss": "validation loss", "rank_qk": "rank qk"},
     )
     lines = text.splitlines()
@@ -186,7 +186,7 @@ def test_lr_control_config_end_to_end_at_reduced_size(tmp_path):
     from rankflow import attention
     from rankflow.reproduce._common import config_path
 
-    cfg = attention.resolve(config_path("rebuttal_lr"), {"train.steps": 20, "train.eval_every": 10})
+    cfg = attention.resolve(config_path("rebuttal_lr"), {"save.t1": 20, "train.eval_every": 10})
     res = attention.run(cfg, out=tmp_path / "run")
     summary, finals = tables.experiment("lr_control", [(res.loss, res.heads)])
     assert summary["seeds"].tolist() == [2, 2, 2, 2]

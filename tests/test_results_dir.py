@@ -315,7 +315,9 @@ def test_attention_load_warns_on_a_missing_chunk(tmp_path):
     cfg = {
         "attention": {"D": 8, "H": 2, "layers": 1, "context": 8},
         "task": {"kind": "associative_recall", "pairs": 3, "keys": 4, "values": 4},
-        "train": {"kind": "sgd", "eta": 0.1, "steps": 20, "eval_every": 10, "batch": 4},
+        "dynamics": {"kind": "sgd", "eta": 0.1, "batch": 4},
+        "train": {"eval_every": 10},
+        "save": {"t1": 20},
         "sweep": {"seed": [0, 1]},
     }
     out = tmp_path / "att"

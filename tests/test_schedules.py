@@ -174,14 +174,9 @@ TINY = {
     "task": {"kind": "char_lm", "seq_len": 8, "val_size": 4, "max_chars": 4000},
 }
 FLOW = {
-    "kind": "gradient_flow",
-    "eta": 0.1,
-    "steps": 20,
-    "eval_every": 4,
-    "decay": ["qk", "vo", "mlp", "norm"],
-    "lam_qk": 0.5,
-    "lam_vo": 1.0,
-    "batch": 4,
+    "dynamics": {"kind": "gradient_flow", "eta": 0.1, "batch": 4},
+    "train": {"eval_every": 4, "decay": ["qk", "vo", "mlp", "norm"], "lam_qk": 0.5, "lam_vo": 1.0},
+    "save": {"t1": 20},
 }
 TIGHT = {"rtol": 1e-10, "atol": 1e-12}
 
@@ -201,7 +196,8 @@ def _head_errors(heads, clock):
 @pytest.mark.slow
 def test_T4_scheduled_gradient_flow_per_head():
     sch_cfg = {"schedule": "warmup_cosine", "warmup": 4, "final_fraction": 0.2}
-    res = ra.run({**TINY, "train": {**FLOW, **sch_cfg}, "solver": TIGHT})
+    dynamics = {**FLOW["dynamics"], **sch_cfg}
+    res = ra.run({**TINY, **FLOW, "dynamics": dynamics, "solver": TIGHT})
     assert (res.heads["status"] == "ok").all()
     sch = Schedule("warmup_cosine", 4.0, 0.2, 20.0)
     right = _head_errors(res.heads, lambda t: np.asarray(eta_integral(t, 0.1, sch)))
@@ -260,13 +256,13 @@ def test_balance_figures_draw_the_scheduled_rate():
             "layer": 0,
             "head": 0,
             "pair": np.repeat(["qk", "vo"], len(t)),
-            "train.kind": "gradient_flow",
-            "train.eta": ETA,
+            "dynamics.kind": "gradient_flow",
+            "dynamics.eta": ETA,
             "train.lam_qk": 0.3,
             "train.lam_vo": 0.3,
-            "train.schedule": sch.kind,
-            "train.warmup": 10.0,
-            "train.final_fraction": 0.1,
+            "dynamics.schedule": sch.kind,
+            "dynamics.warmup": 10.0,
+            "dynamics.final_fraction": 0.1,
             "lr_clock": np.tile(clock, 2),
             "balance_gap": np.tile(np.exp(-2 * 0.3 * clock), 2),
         }

@@ -86,10 +86,12 @@ kind = "char_lm"
 seq_len = 8
 val_size = 4
 max_chars = 4000
-[train]
+[dynamics]
 batch = 4
-steps = 4
+[train]
 eval_every = 2
+[save]
+t1 = 4
 """
 
 # Seven numeric axes of ten values: 10⁷ points from 70 numbers.
@@ -255,8 +257,8 @@ CASES = [
     (
         "attention momentum μ > 1",
         ["attention", "train", "attention.toml", "--out", "out"]
-        + _sets("train.kind='momentum'", "train.mu=2.0"),
-        "train.mu: discrete momentum (EMA weight of the new gradient) must be in (0, 1]",
+        + _sets("dynamics.kind='momentum'", "dynamics.mu=2.0"),
+        "dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in (0, 1]",
         2,
     ),
     (
@@ -268,8 +270,8 @@ CASES = [
     (
         "attention steps beyond int32",
         ["attention", "train", "attention.toml", "--out", "out"]
-        + _sets("train.steps=4294967296", "train.eval_every=2"),
-        "train.steps: at most 2147483647",
+        + _sets("save.t1=4294967296", "train.eval_every=2"),
+        "save.t1: at most 2147483647",
         2,
     ),
     (
@@ -306,7 +308,7 @@ CASES = [
         "attention warmup longer than the run",
         ["attention", "train", "attention.toml", "--out", "out"]
         + _sets("dynamics.schedule='warmup_cosine'", "dynamics.warmup=8"),
-        "train.warmup: must be in [0, train.steps = 4] steps",
+        "dynamics.warmup: must be in [0, save.t1 = 4] steps",
         2,
     ),
     (
@@ -325,6 +327,12 @@ CASES = [
         "multiplier of an unknown group",
         ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.lr_x=0.1"),
         "train.lr_x: unknown key (did you mean 'train.lr_v'?)",
+        2,
+    ),
+    (
+        "attention: a former name (issue #27)",
+        ["attention", "train", "attention.toml", "--out", "out"] + _sets("train.steps=8"),
+        "train.steps: renamed save.t1 (one name across rankflow's families); write save.t1",
         2,
     ),
 ]
@@ -368,7 +376,11 @@ PY_CASES = [
         lambda: rankflow.run(_custom(lambda W, d: 0.0)),
         "one argument",
     ),
-    ("attention μ > 1", lambda: AC.resolve({"train": {"kind": "momentum", "mu": 1.5}}), "train.mu"),
+    (
+        "attention μ > 1",
+        lambda: AC.resolve({"dynamics": {"kind": "momentum", "mu": 1.5}}),
+        "dynamics.mu",
+    ),
     ("sweep over the limit", lambda: C.resolve(BIG_SWEEP), "RANKFLOW_MAX_RUNS=10000000"),
     (
         "image patch not dividing the image",

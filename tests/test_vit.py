@@ -28,7 +28,9 @@ TINY = {
         "val_size": 32,
         "pixel_noise": 0.1,
     },
-    "train": {"batch": 16, "steps": 4, "eval_every": 2},
+    "dynamics": {"batch": 16},
+    "train": {"eval_every": 2},
+    "save": {"t1": 4},
 }
 
 

@@ -78,9 +78,10 @@ def run(
     """Validate an attention config, train every point of its sweep, return the tables.
 
     Args:
-      config: a TOML path or nested dict (sections ``attention``, ``task``, ``train``,
-        ``solver``, ``sweep``; ``rankflow attention train --help`` lists every key).
-      overrides: dotted keys to set first, e.g. ``{"train.lam": 0.1}``.
+      config: a TOML path or nested dict (sections ``attention``, ``task``, ``init``,
+        ``dynamics``, ``train``, ``save``, ``solver``, ``sweep``; ``rankflow attention
+        train --help`` lists every key).
+      overrides: dotted keys to set first, e.g. ``{"dynamics.lam": 0.1}``.
       quiet: no progress bar.
       options: the sweep options of :func:`rankflow.run`, the same for every family:
         ``out`` (a results directory, written chunk by chunk), ``resume`` (continue

@@ -3,19 +3,20 @@
 Same conventions as :mod:`rankflow.core.config`: a nested dict (or TOML file) validated
 completely in plain Python before anything is traced; every error is a
 :class:`rankflow.ConfigError` naming the field (``attention.H``) and the allowed values;
-keys are dotted names, used alike on the command line (``--set train.lam=0.1``), in
+keys are dotted names, used alike on the command line (``--set dynamics.lam=0.1``), in
 ``[sweep]`` and as results columns.
+
+The quantities both families have take the core's names (one name per quantity):
+``dynamics.kind``, ``dynamics.eta``, ``dynamics.mu``, ``dynamics.lam``,
+``dynamics.batch``, the schedule's ``dynamics.*``, ``init.scale``, ``save.t1`` (here an
+integer number of optimizer steps), ``save.rank_tol`` and ``solver.diverge_norm``. The
+former attention names (:data:`RENAMED`) are a one-line ConfigError naming the new key.
 
 Weight decay (THEORY.md conventions: the decay is ``−ηλθ`` per step) is set per
 *parameter group* (:data:`GROUPS`): ``train.decay`` lists the decayed groups (the optax
-masks, structural), ``train.lam`` is their λ, and ``train.lam_<group>`` overrides it for
-one group. Groups outside ``train.decay`` are never decayed (their ``lam_<group>`` is 0
-in the results; setting it is an error).
-
-The quantities both families have take the core's names too (:data:`ALIASES`):
-``dynamics.lam`` is ``train.lam``, ``dynamics.eta`` is ``train.eta``, ``init.scale`` is
-``attention.init_scale``, ``save.t1`` is ``train.steps``, … in TOML, ``--set`` and
-``[sweep]``; results columns keep the canonical (``train.*``) names.
+masks, structural), ``dynamics.lam`` is their λ, and ``train.lam_<group>`` overrides it
+for one group. Groups outside ``train.decay`` are never decayed (their ``lam_<group>`` is
+0 in the results; setting it is an error).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from ..config.points import Points, validated
 from ..core.vocabulary import ADAPTIVE_METHODS, MAX_STEPS, schedule_error
 
 __all__ = [
-    "ALIASES",
     "ALL_KEYS",
     "DEFAULTS",
     "GROUPS",
@@ -39,6 +39,7 @@ __all__ = [
     "KINDS",
     "LR_KEYS",
     "NUMERIC_KEYS",
+    "RENAMED",
     "SCHEMA",
     "TASK_KINDS",
     "derive",
@@ -75,31 +76,32 @@ LR_KEYS = tuple(f"train.lr_{u}" for u in GROUPS + FACTORS)
 NUMERIC_KEYS = (
     (
         "seed",
-        "attention.init_scale",
-        "train.eta",
-        "train.mu",
-        "train.lam",
+        "init.scale",
+        "dynamics.eta",
+        "dynamics.mu",
+        "dynamics.lam",
     )
     + tuple(f"train.lam_{g}" for g in GROUPS)
     + LR_KEYS
 )
 
 
-# The core family's names for the same quantities (one vocabulary across families): an
-# attention config may use either name; the canonical one below names the results
-# column, as it did before the aliases. Giving both is an error.
-ALIASES = {
-    "dynamics.lam": "train.lam",
-    "dynamics.eta": "train.eta",
-    "dynamics.mu": "train.mu",
-    "dynamics.batch": "train.batch",
-    "init.scale": "attention.init_scale",
-    "save.t1": "train.steps",
-    "save.rank_tol": "train.rank_tol",
-    "solver.diverge_norm": "train.diverge_norm",
-    "dynamics.schedule": "train.schedule",
-    "dynamics.warmup": "train.warmup",
-    "dynamics.final_fraction": "train.final_fraction",
+# The attention family's former names of the quantities both families have, with the
+# names they now share with the core family: an old name in a config (TOML, --set or
+# [sweep]) is a one-line ConfigError naming the new one.
+RENAMED = {
+    "train.kind": "dynamics.kind",
+    "train.eta": "dynamics.eta",
+    "train.mu": "dynamics.mu",
+    "train.lam": "dynamics.lam",
+    "train.batch": "dynamics.batch",
+    "train.schedule": "dynamics.schedule",
+    "train.warmup": "dynamics.warmup",
+    "train.final_fraction": "dynamics.final_fraction",
+    "train.steps": "save.t1",
+    "train.rank_tol": "save.rank_tol",
+    "train.diverge_norm": "solver.diverge_norm",
+    "attention.init_scale": "init.scale",
 }
 
 
@@ -137,9 +139,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "tied_embedding": Field(BOOL, False, "token tasks: unembedding = embeddingᵀ"),
         "qk_bias": Field(BOOL, False, "biases on q and k (break the key-query product form)"),
         "vo_bias": Field(BOOL, False, "biases on v and the output (break value-output's)"),
-        "init_scale": Field(
-            NUM, 1.0, "attention factors start N(0, init_scale²/D) entrywise", ge(0)
-        ),
         "bias_scale": Field(NUM, 0.0, "std of the initial attention biases", ge(0)),
         "causal": Field(
             BOOL,
@@ -178,24 +177,40 @@ SCHEMA: dict[str, dict[str, Field]] = {
             INT, 0, "images: PRNG seed of the training and validation images", ge(0)
         ),
     },
-    "train": {
+    "init": {
+        "scale": Field(
+            NUM,
+            1.0,
+            "attention factors start N(0, scale²/D) entrywise",
+            ge(0),
+        ),
+    },
+    "dynamics": {
         "kind": Field(
             STR, "adamw", "optimizer, or full-batch gradient flow (diffrax)", choice(KINDS)
         ),
         "eta": Field(NUM, 3e-3, "learning rate η (time is in optimizer steps)", gt(0)),
-        "steps": Field(INT, 1000, "optimizer steps (gradient flow: final time t1)", ge(1)),
+        "mu": Field(
+            NUM,
+            0.1,
+            "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg",
+            gt(0),
+        ),
+        "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0)),
         "batch": Field(
             INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", ge(1)
         ),
+        **schema_lib.schedule_fields("save.t1"),
+    },
+    "train": {
         "eval_every": Field(INT, 50, "steps between saves (observables and losses)", ge(1)),
         "export_every": Field(
             INT,
             0,
             "steps between exported checkpoints (Hugging Face safetensors in "
-            "DIR/export/; 0: none); a multiple of train.eval_every dividing train.steps",
+            "DIR/export/; 0: none); a multiple of train.eval_every dividing save.t1",
             ge(0),
         ),
-        "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0)),
         "decay": Field(
             LIST,
             DEFAULT_DECAY,
@@ -207,7 +222,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
             f"lam_{g}": Field(
                 NUM,
                 None,
-                f"λ of group {g} (default train.lam; needs {g} in train.decay)",
+                f"λ of group {g} (default dynamics.lam; needs {g} in train.decay)",
                 ge(0),
                 optional=True,
             )
@@ -233,20 +248,23 @@ SCHEMA: dict[str, dict[str, Field]] = {
             )
             for u in FACTORS
         },
-        **schema_lib.schedule_fields("train.steps"),
-        "mu": Field(NUM, 0.1, "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg", gt(0)),
         "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
         "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
         "eps": Field(NUM, 1e-8, "adamw: ε", gt(0)),
-        "rank_tol": Field(NUM, 1e-3, "rank counts sv > rank_tol·sv_1", gt(0)),
-        "diverge_norm": Field(
-            NUM, 1e6, "a run with a parameter entry beyond this is marked diverged", gt(0)
+    },
+    "save": {
+        "t1": Field(
+            INT, 1000, "the run's optimizer steps, an integer (gradient flow: final time)", ge(1)
         ),
+        "rank_tol": Field(NUM, 1e-3, "rank counts sv > rank_tol·sv_1", gt(0)),
     },
     "solver": {
         "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),
         **schema_lib.solver_fields("gradient flow"),
         "max_steps": Field(INT, 100_000, "gradient flow: solver step budget", ge(1)),
+        "diverge_norm": Field(
+            NUM, 1e6, "a run with a parameter entry beyond this is marked diverged", gt(0)
+        ),
     },
 }
 
@@ -255,7 +273,7 @@ ALL_KEYS = schema_lib.keys_of(SCHEMA)
 
 
 def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested config → ``{"train.lam": 0.1, ...}`` (the sweep table excluded)."""
+    """Nested config → ``{"dynamics.lam": 0.1, ...}`` (the sweep table excluded)."""
     return schema_lib.flatten(cfg, SCHEMA)
 
 
@@ -314,6 +332,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
     """Check one point's cross-field rules (single-field ones are in SCHEMA). Raises
     ConfigError naming the field; changes nothing."""
     a, t, tr = cfg["attention"], cfg["task"], cfg["train"]
+    dyn, steps = cfg["dynamics"], cfg["save"]["t1"]
     if a["D"] % a["H"]:
         divisors = ", ".join(str(h) for h in range(1, a["D"] + 1) if a["D"] % h == 0)
         raise ConfigError(
@@ -359,24 +378,22 @@ def validate(cfg: Mapping[str, Any]) -> None:
                     f"{n} characters: the {split} split has {size}, fewer than "
                     f"task.seq_len + 1 = {need} (one window); got {t['val_fraction']}"
                 )
-    if tr["kind"] == "momentum" and not tr["mu"] <= 1:
+    if dyn["kind"] == "momentum" and not dyn["mu"] <= 1:
         raise ConfigError(
-            f"train.mu: discrete momentum (EMA weight of the new gradient) must be in "
-            f"(0, 1], got {tr['mu']}"
+            f"dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in "
+            f"(0, 1], got {dyn['mu']}"
         )
-    if tr["steps"] > MAX_STEPS:
+    if steps > MAX_STEPS:
+        raise ConfigError(f"save.t1: at most {MAX_STEPS} (a 32-bit step count), got {steps}")
+    if steps % tr["eval_every"]:
         raise ConfigError(
-            f"train.steps: at most {MAX_STEPS} (a 32-bit step count), got {tr['steps']}"
-        )
-    if tr["steps"] % tr["eval_every"]:
-        raise ConfigError(
-            f"train.eval_every: must divide train.steps = {tr['steps']} (saves at whole "
+            f"train.eval_every: must divide save.t1 = {steps} (saves at whole "
             f"multiples), got {tr['eval_every']}"
         )
     if tr["export_every"]:
         _check_export(cfg)
     err = schedule_error(
-        "train", tr["schedule"], tr["warmup"], tr["final_fraction"], tr["steps"], "train.steps"
+        "dynamics", dyn["schedule"], dyn["warmup"], dyn["final_fraction"], steps, "save.t1"
     )
     if err:
         raise ConfigError(err)
@@ -393,11 +410,11 @@ def _check_export(point: Mapping[str, Any]) -> None:
     """Exported checkpoints fall on saves, and exist only for models that a Hugging
     Face architecture holds (GPT-2 for token decoders, ViT with a class token)."""
     tr, t, a = point["train"], point["task"], point["attention"]
-    k, every = tr["export_every"], tr["eval_every"]
-    if k % every or tr["steps"] % k:
+    k, every, steps = tr["export_every"], tr["eval_every"], point["save"]["t1"]
+    if k % every or steps % k:
         raise ConfigError(
             f"train.export_every: must be a multiple of train.eval_every = {every} (exports "
-            f"fall on saves) and divide train.steps = {tr['steps']}, got {k}"
+            f"fall on saves) and divide save.t1 = {steps}, got {k}"
         )
     if t["kind"] == "in_context_regression":
         raise ConfigError(
@@ -412,7 +429,7 @@ def _check_export(point: Mapping[str, Any]) -> None:
 
 
 def derive(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Fill a validated point's derived values in place: each group's λ (``train.lam``
+    """Fill a validated point's derived values in place: each group's λ (``dynamics.lam``
     for decayed groups without their own, 0 for the others). Returns the point."""
     tr = cfg["train"]
     for g in GROUPS:
@@ -420,7 +437,7 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
         if g not in tr["decay"]:
             tr[key] = 0.0
         elif tr[key] is None:
-            tr[key] = tr["lam"]
+            tr[key] = cfg["dynamics"]["lam"]
     return cfg
 
 
@@ -437,11 +454,11 @@ def lr_of(point: Mapping[str, Any]) -> dict[str, float]:
 def resolve(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Load, rename aliases (:data:`ALIASES`), override, fill defaults and validate every
-    point of the sweep. Returns the base config, holding the derived values every point
-    shares (each group's λ, unless the sweep varies it); its ``sweep`` table is validated
-    but not expanded."""
-    cfg = schema_lib.read_config(source, overrides, SCHEMA, ALIASES)
+    """Load, override, fill defaults and validate every point of the sweep (a former
+    name, :data:`RENAMED`, is a ConfigError naming the new one). Returns the base config,
+    holding the derived values every point shares (each group's λ, unless the sweep
+    varies it); its ``sweep`` table is validated but not expanded."""
+    cfg = schema_lib.read_config(source, overrides, SCHEMA, renamed=RENAMED)
     # Checked now, before anything compiles: every point, or a large sweep's
     # representatives (rankflow.config.points.Points.representatives).
     points = expand(cfg)
@@ -460,16 +477,14 @@ def structure_key(point: Mapping[str, Any]) -> str:
 
 
 def save_steps(point: Mapping[str, Any]) -> list[int]:
-    """The saved steps 0, eval_every, …, steps."""
-    tr = point["train"]
-    return list(range(0, tr["steps"] + 1, tr["eval_every"]))
+    """The saved steps 0, eval_every, …, t1."""
+    return list(range(0, point["save"]["t1"] + 1, point["train"]["eval_every"]))
 
 
 def export_steps(point: Mapping[str, Any]) -> list[int]:
-    """The exported steps 0, export_every, …, steps (none when export_every is 0)."""
-    tr = point["train"]
-    k = tr.get("export_every", 0)
-    return list(range(0, tr["steps"] + 1, k)) if k else []
+    """The exported steps 0, export_every, …, t1 (none when export_every is 0)."""
+    k = point["train"].get("export_every", 0)
+    return list(range(0, point["save"]["t1"] + 1, k)) if k else []
 
 
 def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -478,4 +493,4 @@ def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def keys_help() -> str:
     """Every key with its default and meaning (``rankflow attention train --help``)."""
-    return schema_lib.keys_help(SCHEMA, NUMERIC_KEYS, ALIASES)
+    return schema_lib.keys_help(SCHEMA, NUMERIC_KEYS)

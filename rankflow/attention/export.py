@@ -1,7 +1,7 @@
 """rankflow's attention models written as Hugging Face checkpoints, which
 ``rankflow inspect`` (and ``transformers``) read.
 
-``train.export_every = K`` writes, for every run and every step 0, K, 2K, …, steps at
+``train.export_every = K`` writes, for every run and every step 0, K, 2K, …, t1 at
 which the run is ok, one folder::
 
     DIR/export/run_{run_id}/step_{step:08d}/model.safetensors

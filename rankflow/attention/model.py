@@ -115,7 +115,8 @@ class Attention(nnx.Module):
     """Multi-head attention (causal, or bidirectional with ``spec.causal`` off) with
     per-head factor parameters.
 
-    ``W_Q, W_K, W_V`` (H×D×d_h) and ``W_O`` (H×d_h×D) start N(0, init_scale²/D).
+    ``W_Q, W_K, W_V`` (H×D×d_h) and ``W_O`` (H×d_h×D) start N(0, init_scale²/D)
+    (``init_scale``: the config's ``init.scale``).
     """
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, init_scale=1.0):

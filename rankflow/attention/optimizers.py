@@ -133,7 +133,7 @@ def make_optimizer(
     elif kind == "adamw":
         direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
     else:
-        raise ValueError(f"train.kind: no optimizer named {kind!r}")
+        raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
     decays = [
         optax.add_decayed_weights(hyper[f"lam_{g}"], mask=mask(params, g))
         for g in GROUPS

@@ -6,14 +6,14 @@ trains a batch of models in one compiled program (the parameter pytrees stacked 
 leading run axis). The batch is sharded over the devices; on CPU each device trains its
 runs one after another, elsewhere they are vmapped (:func:`over_runs`).
 
-A run saves, at steps 0, eval_every, …, steps: every per-head observable of both pairs
-(:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
+A run saves, at steps 0, eval_every, …, ``save.t1``: every per-head observable of both
+pairs (:mod:`.observables`), ``train_loss`` (the loss on the training data: gradient flow's
 fixed full batch; otherwise a fixed sample of ``task.val_size`` training sequences) and
 ``val_loss`` (the fixed validation set); classification tasks (images) also save
 ``train_accuracy`` and ``val_accuracy`` on the same sets.
 
 With ``train.export_every`` = K the program also returns ``params``: every run's
-parameter pytree at steps 0, K, 2K, …, steps (leaves (runs, exports, …)), for
+parameter pytree at steps 0, K, 2K, …, t1 (leaves (runs, exports, …)), for
 :mod:`.export` to write as checkpoints. Discrete training stacks only those
 (exports × parameters per run); gradient flow observes the parameters at every save
 and keeps the exported ones (saves × parameters inside the program).
@@ -75,11 +75,11 @@ class Program:
         self.task = make_task(pt)
         self.spec = model_spec(pt, self.task)
         self.model = Model(self.spec)
-        self.kind = pt["train"]["kind"]
+        self.kind = pt["dynamics"]["kind"]
         self.decay = tuple(pt["train"]["decay"])
         self.steps = np.asarray(config_lib.save_steps(pt))
         self.export_steps = np.asarray(config_lib.export_steps(pt), np.int64)
-        self.schedule = schedule_of(pt["train"], float(pt["train"]["steps"]))
+        self.schedule = schedule_of(pt["dynamics"], float(pt["save"]["t1"]))
         self.dtype = self.spec.dtype
         self.loss = loss_fn(self.model, self.task)
         self._jitted = jax.jit(per_device(self._batch))
@@ -121,7 +121,7 @@ class Program:
 
     def hyper(self, p: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """The optimizer's traced hyperparameters of one run."""
-        out = {"eta": p["train.eta"], "mu": p["train.mu"]}
+        out = {"eta": p["dynamics.eta"], "mu": p["dynamics.mu"]}
         out.update({f"lam_{g}": p[f"train.lam_{g}"] for g in config_lib.GROUPS})
         out.update({f"lr_{u}": p[f"train.lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS})
         return out
@@ -133,7 +133,7 @@ class Program:
 
     def init(self, p: Mapping[str, jax.Array]):
         """A run's initial parameters."""
-        return self.model.init(self.keys(p["seed"])[0], p["attention.init_scale"])
+        return self.model.init(self.keys(p["seed"])[0], p["init.scale"])
 
     def _batch(self, P: dict[str, jax.Array], data: dict[str, Any]) -> dict[str, jax.Array]:
         """The runs of ``P`` (on each device, those it holds): initialised one after
@@ -148,7 +148,7 @@ class Program:
     def full_batch(self, p: Mapping[str, jax.Array], data: Mapping[str, Any]):
         """Gradient flow's fixed training batch of a run."""
         key = self.keys(p["seed"])[1]
-        return self.task.sample(key, self.point["train"]["batch"], data, self.dtype)
+        return self.task.sample(key, self.point["dynamics"]["batch"], data, self.dtype)
 
     def _single(self, p, params0, full, data: dict[str, Any]) -> dict[str, jax.Array]:
         pt, task, dtype = self.point, self.task, self.dtype
@@ -191,7 +191,7 @@ class Program:
                 atol=s["atol"],
                 controller={k: s[k] for k in ("pcoeff", "icoeff", "dcoeff")},
                 max_steps=s["max_steps"],
-                diverge_norm=tr["diverge_norm"],
+                diverge_norm=s["diverge_norm"],
                 schedule=self.schedule,
                 lr_tree=per_leaf_lr(params0, lr),
             )
@@ -209,7 +209,7 @@ class Program:
             obs, reached, max_steps_hit = iterate(
                 self.loss,
                 opt,
-                lambda key: task.sample(key, tr["batch"], data, dtype),
+                lambda key: task.sample(key, pt["dynamics"]["batch"], data, dtype),
                 params0,
                 batch_key,
                 every=tr["eval_every"],
@@ -232,16 +232,16 @@ class Program:
         ok = status == 0
         expand = lambda x: jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
         factors = jax.tree.map(lambda x: jnp.where(expand(x), x, 0.0), factors)
-        out = head_observables(factors, self.point["train"]["rank_tol"])
+        out = head_observables(factors, self.point["save"]["rank_tol"])
         return jax.tree.map(lambda x: jnp.where(expand(x), x, jnp.nan), out)
 
     def _finish(self, obs, reached, max_steps_hit):
         """Status per save: diverged from the first save with a non-finite loss or a
-        parameter entry beyond ``train.diverge_norm`` (or that the solver never
+        parameter entry beyond ``solver.diverge_norm`` (or that the solver never
         reached); every output is NaN where the status is not ok."""
         max_abs = obs.pop("_max_abs")
         finite = jnp.isfinite(obs["train_loss"]) & jnp.isfinite(obs["val_loss"])
-        ok = (max_abs <= self.point["train"]["diverge_norm"]) & finite & reached
+        ok = (max_abs <= self.point["solver"]["diverge_norm"]) & finite & reached
         return with_status(obs, ok, reached, max_steps_hit)
 
 

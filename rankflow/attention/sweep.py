@@ -62,9 +62,9 @@ MAX_CHUNK = 32
 # Structural columns of every table (swept structural keys are added).
 STRUCT_COLUMNS = (
     "task.kind",
-    "train.kind",
+    "dynamics.kind",
     "train.decay",
-    "train.rank_tol",
+    "save.rank_tol",
     "attention.qk_bias",
     "attention.vo_bias",
 )
@@ -121,11 +121,11 @@ def run_chunk(
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
             cols[k] = np.repeat(flat, S * per_save)
-        for k, v in schedule_columns("train", program.point["train"]).items():
+        for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
             cols[k] = np.repeat([v] * n, S * per_save)
         if not program.schedule.constant:
             clock = unit_clock(steps, program.schedule, not program.continuous)
-            eta = np.repeat([r["train.eta"] for r in rows], S * per_save)
+            eta = np.repeat([r["dynamics.eta"] for r in rows], S * per_save)
             cols["lr_clock"] = eta * np.tile(np.repeat(clock, per_save), n)
         return cols
 

@@ -155,9 +155,9 @@ def ablation_markdown(loss: pd.DataFrame) -> str:
 
 
 def lambda_summary(loss: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
-    """The Table-1 analogue: per λ (``train.lam``), loss and mean effective rank of
+    """The Table-1 analogue: per λ (``dynamics.lam``), loss and mean effective rank of
     each pair over seeds."""
-    return summarize(run_finals(loss, heads, ["train.lam"]), ["train.lam"])
+    return summarize(run_finals(loss, heads, ["dynamics.lam"]), ["dynamics.lam"])
 
 
 def lr_control_summary(loss: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
@@ -232,7 +232,7 @@ def parameter_count(point: Mapping[str, Any]) -> int:
 _LOSS = {"val_loss": "validation loss", "train_loss": "training loss"}
 _RANKS = {"rank_qk": "eff. rank key–query", "rank_vo": "eff. rank value–output"}
 LAYOUTS = {
-    "lambda": ({"train.lam": "λ"}, {**_LOSS, **_RANKS}),
+    "lambda": ({"dynamics.lam": "λ"}, {**_LOSS, **_RANKS}),
     "lr_control": ({"setting": "setting"}, {**_LOSS, **_RANKS}),
     "dh": ({"d_h": "d_h", "attention.H": "H", "decay": "weight decay"}, {**_LOSS, **_RANKS}),
     "contrast": (
@@ -260,7 +260,7 @@ def experiment(kind: str, results: Sequence[Any], D: int = 32) -> tuple[pd.DataF
         return summary, fin.sort_values("variant", key=lambda s: s.map(order), kind="stable")
     ((loss, heads),) = results
     if kind == "lambda":
-        return lambda_summary(loss, heads), run_finals(loss, heads, ["train.lam"])
+        return lambda_summary(loss, heads), run_finals(loss, heads, ["dynamics.lam"])
     if kind == "lr_control":
         fin = run_finals(loss, heads, ["train.lam_vo", "train.lr_v"])
         fin["decay"] = [

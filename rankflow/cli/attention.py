@@ -47,7 +47,7 @@ def _add_train(attention_sub) -> None:
     add_sweep_options(
         att_train,
         "TOML config file (see sims/attention/)",
-        "override a config key, e.g. --set train.lam=0.1 (repeatable; TOML literals)",
+        "override a config key, e.g. --set dynamics.lam=0.1 (repeatable; TOML literals)",
         "≤ 32 per structure",
     )
     att_train.add_argument(

@@ -5,8 +5,9 @@ with its types, default, meaning and single-field check. From a schema this modu
 derives everything that is the same across families: defaults, dotted keys
 (``"dynamics.lam"``, used alike in TOML, ``--set``, ``[sweep]`` and results columns),
 type and range checks with a did-you-mean for unknown keys, ``--set`` parsing, the
-``[sweep]`` table and its product, documented aliases, and ``--help`` text. Every error
-is a :class:`ConfigError` whose one-line message starts with the field it names.
+``[sweep]`` table and its product, former key names refused with the new name, and
+``--help`` text. Every error is a :class:`ConfigError` whose one-line message starts
+with the field it names.
 
 A family adds what only it knows: cross-field rules (a pure validation of one point)
 and derived values (filled into each point after validation); see
@@ -37,9 +38,9 @@ __all__ = [
     "ConfigError",
     "Field",
     "Schema",
-    "aliases_help",
     "check_size",
     "check_sweep",
+    "check_renamed",
     "check_value",
     "choice",
     "copy_config",
@@ -58,13 +59,13 @@ __all__ = [
     "one_of",
     "parse_set",
     "read_config",
+    "renamed_error",
     "set_dotted",
     "shared_base",
     "structure_key",
     "suggest",
     "top_fields",
     "sweep_points",
-    "unalias",
 ]
 
 
@@ -274,9 +275,7 @@ def _typename(types) -> str:
     return " or ".join(dict.fromkeys(names[t] for t in types if t in names))
 
 
-def keys_help(
-    schema: Schema, numeric_keys: tuple[str, ...], aliases: Mapping[str, str] | None = None
-) -> str:
+def keys_help(schema: Schema, numeric_keys: tuple[str, ...]) -> str:
     """Every key of a schema with its default and meaning (``--help`` epilogues)."""
     lines = [
         "config keys (TOML section.key = default: meaning); numeric keys marked * "
@@ -288,15 +287,6 @@ def keys_help(
             star = "*" if key in numeric_keys else " "
             lines.append(f"  {star}{key} = {f.default!r}: {f.doc}")
     lines.append('  [sweep] "section.key" = [values, ...]: runs the product of the lists')
-    if aliases:
-        lines.append(aliases_help(aliases))
-    return "\n".join(lines)
-
-
-def aliases_help(aliases: Mapping[str, str]) -> str:
-    """The aliases of a schema, one line each (``alias = canonical``)."""
-    lines = ["aliases (alias = key: accepted wherever the key is; columns use the key):"]
-    lines += [f"   {alias} = {canonical}" for alias, canonical in aliases.items()]
     return "\n".join(lines)
 
 
@@ -362,55 +352,43 @@ def flatten(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
     return {key: get_dotted(cfg, key) for key in keys_of(schema)}
 
 
-# --- aliases ---------------------------------------------------------------------------
+# --- renamed keys ----------------------------------------------------------------------
 
 
-def _canonical(key: str, aliases: Mapping[str, str]) -> str:
-    if key.startswith("sweep."):
-        return "sweep." + aliases.get(key[len("sweep.") :], key[len("sweep.") :])
-    return aliases.get(key, key)
+def renamed_error(key: str, new: str, where: str = "", how: str = "") -> ConfigError:
+    """The one-line error of a former key name: ``train.lam: renamed dynamics.lam (one
+    name across rankflow's families); write dynamics.lam``. ``where`` prefixes both
+    names (``sweep.``); ``how`` replaces the advice's spelling of the new one."""
+    return ConfigError(
+        f"{where}{key}: renamed {new} (one name across rankflow's families); "
+        f"write {how or where + new}"
+    )
 
 
-def _rename_flat(table: Mapping[str, Any], aliases: Mapping[str, str], where: str) -> dict:
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        canonical = _canonical(key, aliases)
-        if canonical != key and canonical in table:
-            raise ConfigError(
-                f"{where}{key}: another name for {where}{canonical}, which is given too; "
-                "give only one"
-            )
-        out[canonical] = value
-    return out
-
-
-def unalias(
-    raw: dict[str, Any], overrides: Mapping[str, Any], aliases: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A raw config and its overrides with every alias key renamed to its canonical key.
-    An alias given alongside its canonical key (in the same table) is a ConfigError."""
-    overrides = _rename_flat(overrides, aliases, "")
-    if not aliases:
-        return raw, overrides
-    for alias, canonical in aliases.items():
-        sec, _, name = alias.rpartition(".")
-        table = raw.get(sec) if sec else raw
-        if not isinstance(table, dict) or name not in table:
-            continue
-        value = table.pop(name)
-        if sec and not table:
-            del raw[sec]
-        csec, _, cname = canonical.rpartition(".")
-        target = raw.setdefault(csec, {}) if csec else raw
-        if isinstance(target, dict) and cname in target:
-            raise ConfigError(
-                f"{alias}: another name for {canonical}, which is given too; give only one"
-            )
-        if isinstance(target, dict):
-            target[cname] = value
-    if isinstance(raw.get("sweep"), Mapping):
-        raw["sweep"] = _rename_flat(raw["sweep"], aliases, "sweep.")
-    return raw, overrides
+def check_renamed(
+    raw: Mapping[str, Any], overrides: Mapping[str, Any], renamed: Mapping[str, str]
+) -> None:
+    """Refuse a former key name (``renamed``: old dotted key → new) wherever a config
+    names keys: a section's key or a top-level dotted key of ``raw``, a ``[sweep]`` key,
+    an override (``--set``, ``sweep.`` ones included). Raises a one-line ConfigError
+    naming the new key; changes nothing."""
+    if not renamed:
+        return
+    for key in overrides:
+        bare = key.removeprefix("sweep.")
+        if bare in renamed:
+            raise renamed_error(bare, renamed[bare], key[: len(key) - len(bare)])
+    for key, value in raw.items():
+        if key in renamed:
+            raise renamed_error(key, renamed[key])
+        if key == "sweep" and isinstance(value, Mapping):
+            for k in value:
+                if k in renamed:
+                    raise renamed_error(k, renamed[k], "sweep.", f'"{renamed[k]}" in [sweep]')
+        elif isinstance(value, Mapping):
+            for name in value:
+                if f"{key}.{name}" in renamed:
+                    raise renamed_error(f"{key}.{name}", renamed[f"{key}.{name}"])
 
 
 # --- resolution ------------------------------------------------------------------------
@@ -456,12 +434,14 @@ def read_config(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | None,
     schema: Schema,
-    aliases: Mapping[str, str] | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Load a config, rename its aliases, apply the dotted-key overrides, fill the
-    defaults and check every value alone and the ``[sweep]`` table (not expanded; no
-    cross-field rule applied)."""
-    raw, overrides = unalias(load_config(source), overrides or {}, aliases or {})
+    """Load a config, refuse its former key names (``renamed``: old → new, see
+    :func:`check_renamed`), apply the dotted-key overrides, fill the defaults and check
+    every value alone and the ``[sweep]`` table (not expanded; no cross-field rule
+    applied)."""
+    raw, overrides = load_config(source), overrides or {}
+    check_renamed(raw, overrides, renamed or {})
     for key, value in overrides.items():
         set_dotted(raw, key, value, schema)
     cfg = merge_defaults(raw, schema)

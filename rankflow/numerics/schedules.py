@@ -5,7 +5,7 @@ their integrals ∫₀ᵗ η(s) ds, the clock of T4 under a schedule.
 Time is in steps. The step from k to k + 1 uses η(k) (optax's step count starts at 0),
 so the first step of a schedule with warmup w > 0 has η = 0; a flow uses η(t)
 continuously. ``t1`` is the run's last save time (core: ``save.t1``; attention:
-``train.steps``); after it the schedule stays at its final value.
+``save.t1``); after it the schedule stays at its final value.
 
 - ``constant``: s(t) = 1.
 - ``warmup_cosine``: s(t) = t/w on [0, w], then f + (1 − f)·½(1 + cos(π(t − w)/(t1 − w)))

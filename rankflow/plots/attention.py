@@ -45,7 +45,7 @@ def attention_rank_figure(heads: pd.DataFrame, out_path: str | Path | None = Non
     the ``heads`` table of ``rankflow.attention`` at each run's last step.
 
     Two columns (key–query, value–output), two rows: the numerical ``rank`` (count of
-    singular values above ``train.rank_tol``·σ₁) and the ``effective_rank``. One marker
+    singular values above ``save.rank_tol``·σ₁) and the ``effective_rank``. One marker
     per head and run (colour: layer; spread sideways by head), the mean over heads and
     runs as a line. λ is the pair's own ``train.lam_qk`` / ``train.lam_vo``, on a
     categorical axis (0 included).
@@ -91,7 +91,7 @@ def attention_rank_figure(heads: pd.DataFrame, out_path: str | Path | None = Non
             ax.set_ylim(bottom=0)
             if i == 1:
                 ax.set_xlabel(rf"weight decay $\lambda_{{{pair}}}$ of the pair")
-        tol = d["train.rank_tol"].iloc[0] if "train.rank_tol" in d.columns else None
+        tol = d["save.rank_tol"].iloc[0] if "save.rank_tol" in d.columns else None
         rank_label = "numerical rank" + (rf" ($\sigma_i > {tol:g}\,\sigma_1$)" if tol else "")
         axes[0, j].set_ylabel(rank_label)
         axes[1, j].set_ylabel("effective rank (Roy & Vetterli)")
@@ -111,13 +111,13 @@ def _attention_setting(df: pd.DataFrame) -> str:
     parts = []
     for col, name in (
         ("task.kind", "task"),
-        ("train.kind", "dynamics"),
-        ("train.eta", "η"),
+        ("dynamics.kind", "dynamics"),
+        ("dynamics.eta", "η"),
         ("train.decay", "decayed groups"),
     ):
         if col in df.columns and df[col].nunique() == 1:
             v = df[col].iloc[0]
-            if col == "train.kind":
+            if col == "dynamics.kind":
                 v = _ATTENTION_KINDS.get(v, v)
             parts.append(f"{name} = {fmt_value(v)}")
     if "t" in df.columns:
@@ -147,8 +147,8 @@ def attention_balance_figure(
     head_handles: dict[str, Line2D] = {}
     axes = np.atleast_2d(fig.subplots(2, len(tables), squeeze=False))
     for j, df in enumerate(tables):
-        kind = str(df["train.kind"].iloc[0])
-        eta = float(df["train.eta"].iloc[0])
+        kind = str(df["dynamics.kind"].iloc[0])
+        eta = float(df["dynamics.eta"].iloc[0])
         labels = _head_labels(df)
         clock = _clock_by_t(df)
         colors = palette(len(labels), numeric=True)
@@ -204,7 +204,7 @@ def attention_balance_figure(
                 fontsize="medium",
             )
     setting = _attention_setting(
-        pd.concat([t.drop(columns=["train.kind", "train.eta", "t"]) for t in tables])
+        pd.concat([t.drop(columns=["dynamics.kind", "dynamics.eta", "t"]) for t in tables])
     )
     fig.suptitle(
         "Per-head balance gap of both factor pairs in a transformer (solid: measured, "
@@ -329,8 +329,8 @@ def _balance_law(kind: str, eta: float, lam: float, t: np.ndarray, clock) -> np.
 def _scheduled_law(kind: str, df: pd.DataFrame) -> str:
     row = df.iloc[0]
     name = (
-        f"{row['train.schedule']}, warmup {row['train.warmup']:g}, "
-        f"final {row['train.final_fraction']:g}"
+        f"{row['dynamics.schedule']}, warmup {row['dynamics.warmup']:g}, "
+        f"final {row['dynamics.final_fraction']:g}"
     )
     if kind == "gradient_flow":
         return rf"T4: gap$(0)\,e^{{-2\lambda\int\eta}}$ ({name}; exact)"

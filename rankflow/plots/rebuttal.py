@@ -108,7 +108,7 @@ def rebuttal_figure(
 # Per experiment: the figure's x column, metric, grouping and title.
 REBUTTAL_FIGURES = {
     "lambda": dict(
-        x="train.lam",
+        x="dynamics.lam",
         metric="val_loss",
         xlabel="λ (every group but LayerNorms)",
         title="char_lm: loss and per-head rank across weight decay λ",

@@ -487,13 +487,13 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
     names = {"qk": r"key–query $W_Q^hW_K^{h\top}$", "vo": r"value–output $W_V^hW_O^h$"}
     fig = Figure(figsize=(13, 9), layout="constrained")
     axes = fig.subplots(2, len(pairs), squeeze=False)
-    lams = np.sort(df["train.lam"].unique())
+    lams = np.sort(df["dynamics.lam"].unique())
     colors = palette(len(lams), numeric=True)
     for j, pair in enumerate(pairs):
         d = df[df["pair"] == pair]
         ax = axes[0, j]
         for lam, color in zip(lams, colors):
-            g = d[d["train.lam"] == lam].groupby("t")["rel_gap"]
+            g = d[d["dynamics.lam"] == lam].groupby("t")["rel_gap"]
             med, q1, q3 = g.median(), g.quantile(0.25), g.quantile(0.75)
             ax.plot(med.index, positive(med), color=color, lw=2, label=f"λ = {lam:g}")
             ax.fill_between(med.index, positive(q1), positive(q3), color=color, alpha=0.2, lw=0)
@@ -505,11 +505,11 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
         ax.legend(fontsize="small", title="weight decay of attention")
         ax = axes[1, j]
         last = d[d["t"] == d.groupby("run_id")["t"].transform("max")]
-        x = np.searchsorted(lams, last["train.lam"].to_numpy())
+        x = np.searchsorted(lams, last["dynamics.lam"].to_numpy())
         offset = (last["head"].to_numpy() - last["head"].max() / 2) * 0.08
         ax.plot(x + offset, positive(last["rel_gap"]), "o", mfc="none", ms=7, color="C0",
                 label="one head of one run, last step")  # fmt: skip
-        med = last.groupby("train.lam")["rel_gap"].median()
+        med = last.groupby("dynamics.lam")["rel_gap"].median()
         ax.plot(np.arange(len(lams)), positive(med.reindex(lams)), "k-", lw=2, label="median")
         ax.axhline(0, color="0.5")
         ax.set_xticks(np.arange(len(lams)), [f"{v:g}" for v in lams])
@@ -523,7 +523,7 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
         fig,
         axes,
         f"Attention heads as factor pairs: balance under weight decay ({s['task.kind']}, "
-        f"{s['train.kind']}, η = {s['train.eta']:g}, decay on {s['train.decay']}, "
+        f"{s['dynamics.kind']}, η = {s['dynamics.eta']:g}, decay on {s['train.decay']}, "
         f"{df['seed'].nunique()} seeds)",
         out_path,
     )

@@ -45,14 +45,14 @@ def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
     late = ok[ok["t"] >= ok.groupby("run_id")["t"].transform("max") / 2]
     late = late.assign(rel_gap=late["frob_minus_nuc"] / late["l2_penalty"])
     per_head = (
-        late.groupby(["pair", "train.lam", "run_id", "layer", "head"])[
+        late.groupby(["pair", "dynamics.lam", "run_id", "layer", "head"])[
             ["rel_gap", "effective_rank", "rank", "balance_gap", "balance_gap_rel"]
         ]
         .mean()
         .reset_index()
     )
     return (
-        per_head.groupby(["pair", "train.lam"])
+        per_head.groupby(["pair", "dynamics.lam"])
         .agg(
             heads=("rel_gap", "size"),
             rel_gap=("rel_gap", "median"),
@@ -70,10 +70,10 @@ def per_run(heads: pd.DataFrame) -> pd.DataFrame:
     the second half of training."""
     ok = heads[heads["status"].astype(str) == "ok"]
     late = ok[ok["t"] >= ok.groupby("run_id")["t"].transform("max") / 2]
-    per_head = late.groupby(["pair", "train.lam", "run_id", "layer", "head"])[
+    per_head = late.groupby(["pair", "dynamics.lam", "run_id", "layer", "head"])[
         "effective_rank"
     ].mean()
-    return per_head.groupby(["pair", "train.lam", "run_id"]).median().reset_index()
+    return per_head.groupby(["pair", "dynamics.lam", "run_id"]).median().reset_index()
 
 
 def rank_claim(heads: pd.DataFrame) -> Claim:
@@ -81,10 +81,13 @@ def rank_claim(heads: pd.DataFrame) -> Claim:
     largest λ ends with a lower median effective rank than every run at λ = 0, and the
     median over runs falls by at least ``RANK_DROP``."""
     runs = per_run(heads)
-    lo, hi = runs["train.lam"].min(), runs["train.lam"].max()
+    lo, hi = runs["dynamics.lam"].min(), runs["dynamics.lam"].max()
     parts, ok = [], hi > lo
     for pair, g in runs.groupby("pair"):
-        a, b = g[g["train.lam"] == lo]["effective_rank"], g[g["train.lam"] == hi]["effective_rank"]
+        a, b = (
+            g[g["dynamics.lam"] == lo]["effective_rank"],
+            g[g["dynamics.lam"] == hi]["effective_rank"],
+        )
         drop = 1 - b.median() / a.median()
         ok &= bool(b.max() < a.min()) and drop >= RANK_DROP
         parts.append(
@@ -92,7 +95,7 @@ def rank_claim(heads: pd.DataFrame) -> Claim:
             f"{lo:g} → {fmt(b.median(), 3)} (runs {fmt(b.min(), 3)}–{fmt(b.max(), 3)}) at "
             f"λ = {hi:g}, a drop of {drop:.0%}"
         )
-    n_runs = int(runs.groupby(["pair", "train.lam"]).size().max())
+    n_runs = int(runs.groupby(["pair", "dynamics.lam"]).size().max())
     return Claim(
         experiment=NAME,
         name="attention.rank",
@@ -120,12 +123,12 @@ def run_experiment(ctx: Context) -> None:
     plots.attention_rank_figure(rank.heads, ctx.figures / "attention_rank.png")
     plots.attention_nuclear_gap_figure(rank.heads, ctx.figures / "attention_balance.png")
 
-    lo, hi = summary["train.lam"].min(), summary["train.lam"].max()
+    lo, hi = summary["dynamics.lam"].min(), summary["dynamics.lam"].max()
 
     def change(col: str) -> str:
         parts = []
         for pair, g in summary.groupby("pair"):
-            g = g.set_index("train.lam")
+            g = g.set_index("dynamics.lam")
             a, b = float(g.loc[lo, col]), float(g.loc[hi, col])
             parts.append(f"{pair}: {fmt(a, 3)} at λ = {lo:g} → {fmt(b, 3)} at λ = {hi:g}")
         return "; ".join(parts)

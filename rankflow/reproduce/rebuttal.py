@@ -44,7 +44,7 @@ def _run(ctx: Context, name: str):
 def labels(kind: str, summary: pd.DataFrame) -> list[str]:
     """A short label for every row of an experiment's summary."""
     if kind == "lambda":
-        return [f"λ = {x:g}" for x in summary["train.lam"]]
+        return [f"λ = {x:g}" for x in summary["dynamics.lam"]]
     if kind == "contrast":
         return [f"{t}, {v}" for t, v in zip(summary["task"], summary["variant"], strict=True)]
     if kind == "lr_control":
