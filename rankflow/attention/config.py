@@ -72,19 +72,6 @@ DEFAULT_DECAY = ["qk", "vo", "mlp", "embed"]
 # Learning-rate multipliers per group and per attention factor (default 1).
 LR_KEYS = tuple(f"train.lr_{u}" for u in GROUPS + FACTORS)
 
-# Traced inputs of the compiled program: a sweep over any of them compiles once.
-NUMERIC_KEYS = (
-    (
-        "seed",
-        "init.scale",
-        "dynamics.eta",
-        "dynamics.mu",
-        "dynamics.lam",
-    )
-    + tuple(f"train.lam_{g}" for g in GROUPS)
-    + LR_KEYS
-)
-
 
 # The attention family's former names of the quantities both families have, with the
 # names they now share with the core family: an old name in a config (TOML, --set or
@@ -183,20 +170,22 @@ SCHEMA: dict[str, dict[str, Field]] = {
             1.0,
             "attention factors start N(0, scale²/D) entrywise",
             ge(0),
+            traced=True,
         ),
     },
     "dynamics": {
         "kind": Field(
             STR, "adamw", "optimizer, or full-batch gradient flow (diffrax)", choice(KINDS)
         ),
-        "eta": Field(NUM, 3e-3, "learning rate η (time is in optimizer steps)", gt(0)),
+        "eta": Field(NUM, 3e-3, "learning rate η (time is in optimizer steps)", gt(0), traced=True),
         "mu": Field(
             NUM,
             0.1,
             "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg",
             gt(0),
+            traced=True,
         ),
-        "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0)),
+        "lam": Field(NUM, 0.1, "weight decay λ of the groups in train.decay", ge(0), traced=True),
         "batch": Field(
             INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", ge(1)
         ),
@@ -225,6 +214,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
                 f"λ of group {g} (default dynamics.lam; needs {g} in train.decay)",
                 ge(0),
                 optional=True,
+                traced=True,
             )
             for g in GROUPS
         },
@@ -235,6 +225,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
                 f"learning-rate multiplier of group {u}: its whole step, decay included, "
                 "times this (PyTorch's per-group lr; gradient flow: its field)",
                 _multiplier,
+                traced=True,
             )
             for u in GROUPS
         },
@@ -245,6 +236,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
                 f"learning-rate multiplier of the attention factor W_{u.upper()} (and "
                 f"b_{u.upper()}) alone, times its group's lr_{'qk' if u in 'qk' else 'vo'}",
                 _multiplier,
+                traced=True,
             )
             for u in FACTORS
         },
@@ -268,6 +260,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
 }
 
+# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
+# once.
+NUMERIC_KEYS = schema_lib.traced_keys(SCHEMA)
 DEFAULTS: dict[str, Any] = schema_lib.defaults_of(SCHEMA)
 ALL_KEYS = schema_lib.keys_of(SCHEMA)
 

@@ -101,6 +101,11 @@ class Field:
     optional: bool = False  # None allowed
     items: tuple[type, ...] = (int, float)  # element types of a list value
     callables: bool = False  # a Python callable is taken as is (the Python API)
+    # A traced input of the compiled program: a sweep over it shares one compilation
+    # (one program serves every value). Every other key is structural: one program per
+    # value. The families' NUMERIC_KEYS, the program's hyperparameters and the swept
+    # columns of the tables derive from this.
+    traced: bool = False
 
 
 Schema = Mapping[str, Mapping[str, Field]]
@@ -149,7 +154,7 @@ def top_fields(seed_help: str) -> dict[str, Field]:
     """The top-level section of every family's schema: its PRNG ``seed`` (``seed_help``
     says what it seeds), ``x64`` and the free-form ``name`` (neither sweepable)."""
     return {
-        "seed": Field(INT, 0, seed_help, seed_range),
+        "seed": Field(INT, 0, seed_help, seed_range, traced=True),
         "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
         "name": Field(STR, "", "free-form experiment name, copied to config.json"),
     }
@@ -200,6 +205,17 @@ def defaults_of(schema: Schema) -> dict[str, Any]:
     out.update({sec: {k: f.default for k, f in fs.items()} for sec, fs in schema.items() if sec})
     out["sweep"] = {}
     return out
+
+
+def traced_keys(schema: Schema) -> tuple[str, ...]:
+    """The dotted keys of a schema's traced fields (:attr:`Field.traced`), in schema
+    order: the family's numeric keys, the program's traced inputs."""
+    return tuple(k for k in keys_of(schema) if field(k, schema).traced)
+
+
+def traced_in(schema: Schema, section: str) -> tuple[str, ...]:
+    """The names of a section's traced fields (``("lam", "eta", …)`` of ``dynamics``)."""
+    return tuple(name for name, f in schema[section].items() if f.traced)
 
 
 def keys_of(schema: Schema) -> tuple[str, ...]:

@@ -88,21 +88,6 @@ __all__ = [
 ]
 
 
-# Keys whose values are traced inputs of the compiled program: a sweep over any of
-# them shares one compilation. Every other key is structural (one program per value).
-NUMERIC_KEYS = (
-    "seed",
-    "problem.seed",
-    "problem.noise",
-    "init.scale",
-    "init.imbalance",
-    "dynamics.lam",
-    "dynamics.eta",
-    "dynamics.sigma",
-    "dynamics.mu",
-)
-
-
 SCHEMA: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: problem data, initialisation, noise"),
     "problem": {
@@ -118,14 +103,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "n": Field(INT, 20, "columns of W (not diagonal)", ge(1)),
         "rank": Field(INT, 3, "rank of the target W* (not diagonal)", ge(1)),
         "samples": Field(INT, 400, "measurements / observed entries / data points", ge(1)),
-        "noise": Field(NUM, 0.0, "std of additive label noise", ge(0)),
         "seed": Field(
             INT,
             None,
             "seed of the data alone (default: the top-level seed)",
             seed_range,
             optional=True,
+            traced=True,
         ),
+        "noise": Field(NUM, 0.0, "std of additive label noise", ge(0), traced=True),
         "loss": Field(
             STR,
             None,
@@ -143,18 +129,23 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "gaussian: entry std; balanced/imbalanced: entry std of "
             "the factors whose product is balanced; spectral: W(0) = scale·UVᵀ",
             ge(0),
+            traced=True,
         ),
-        "imbalance": Field(NUM, 1.0, "imbalanced: ‖D(0)‖_F = ‖AᵀA − BᵀB‖_F", ge(0)),
+        "imbalance": Field(NUM, 1.0, "imbalanced: ‖D(0)‖_F = ‖AᵀA − BᵀB‖_F", ge(0), traced=True),
         "pairs": PAIRS_FIELD,
     },
     "dynamics": {
         "kind": Field(
             STR, "gradient_flow", "continuous flow or discrete optimizer", one_of(DYNAMICS_KINDS)
         ),
-        "lam": Field(NUM, 0.05, "weight decay λ", ge(0)),
-        "eta": Field(NUM, 0.5, "learning rate η (time is in steps)", gt(0)),
-        "sigma": Field(NUM, 0.0, "std of the per-entry gradient noise of one step", ge(0)),
-        "mu": Field(NUM, 0.1, "momentum rate μ (EMA weight of the new gradient)", gt(0)),
+        "lam": Field(NUM, 0.05, "weight decay λ", ge(0), traced=True),
+        "eta": Field(NUM, 0.5, "learning rate η (time is in steps)", gt(0), traced=True),
+        "sigma": Field(
+            NUM, 0.0, "std of the per-entry gradient noise of one step", ge(0), traced=True
+        ),
+        "mu": Field(
+            NUM, 0.1, "momentum rate μ (EMA weight of the new gradient)", gt(0), traced=True
+        ),
         "batch": Field(INT, 32, "minibatch size (sgd; noise = minibatch)", ge(1)),
         "noise": Field(
             STR,
@@ -200,6 +191,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
 }
 
+# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
+# once. Every other key is structural (one program per value).
+NUMERIC_KEYS = schema_lib.traced_keys(SCHEMA)
 DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 ALL_KEYS = keys_of(SCHEMA)
 

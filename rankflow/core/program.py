@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..config.fields import PID_DEFAULTS
+from ..config.fields import PID_DEFAULTS, traced_in
 from ..engine import programs
 from ..engine.plan import pad_runs
 from ..engine.programs import TRACE_COUNTS
@@ -51,6 +51,9 @@ __all__ = [
 
 # Keys of the per-run parameter batch: the numeric config keys and the path index.
 PARAM_KEYS = config_lib.NUMERIC_KEYS + ("path",)
+# The dynamics' traced values by their names in the section (lam, eta, sigma, mu): the
+# ``hyper`` dict the vector fields and optimizers read.
+HYPER = traced_in(config_lib.SCHEMA, "dynamics")
 # Batches of adaptive solves from this many runs on have their batching measured.
 MEASURE_FROM = 16
 # Structural columns always present in a table (swept structural keys are added).
@@ -154,7 +157,7 @@ class Program:
         noise_key = jax.random.fold_in(jax.random.fold_in(base, 2), p["path"])
         data = self._make_data(p)
         theta0 = self._init(init_key, data, p)
-        hyper = {k: p[f"dynamics.{k}"] for k in ("lam", "eta", "sigma", "mu")}
+        hyper = {k: p[f"dynamics.{k}"] for k in HYPER}
         return data, theta0, hyper, noise_key
 
     def _init(self, key, data, p):
