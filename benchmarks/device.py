@@ -303,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import jax
 
-    import rankflow  # noqa: F401  (one CPU device per core, before JAX starts)
+    import rankflow
+
+    rankflow.use_all_cores()  # one CPU device per core, before JAX starts
 
     backend, found = jax.default_backend(), jax.devices()
     print(f"backend {backend}: {len(found)} × {found[0].device_kind}", flush=True)

@@ -4,13 +4,15 @@
     python -m benchmarks.scaling --quick          # a smoke run (16 configs, d = 16, 200 steps)
     python -m benchmarks.scaling --devices 1,2,4,default --json out.json
 
-By default rankflow gives JAX one CPU device per physical core and shards every batch
-over all of them (``rankflow.engine.devices``, ``rankflow.numerics.batching.per_device``).
-Each device count runs in its own process (the count is fixed when JAX starts):
+The ``rankflow`` command (and ``rankflow.use_all_cores()``) gives JAX one CPU device per
+physical core, and rankflow shards every batch over all of them
+(``rankflow.engine.devices``, ``rankflow.numerics.batching.per_device``). Each device
+count runs in its own process (the count is fixed when JAX starts):
 ``RANKFLOW_CPU_DEVICES=N`` for N, ``=all`` for ``all``, and ``default`` with no variable
-or flag set (what a user gets). In each process, on the
-diagonal problem of ``benchmarks.fixed_step`` (L = ½‖ABᵀ − diag(s)‖², Gaussian start of
-scale 0.1), a sweep of ``--configs`` configurations (a λ × η grid, one seed):
+or flag set (what the ``rankflow`` command gives), each process calling
+``rankflow.use_all_cores()`` before JAX starts. In each process, on the diagonal problem
+of ``benchmarks.fixed_step`` (L = ½‖ABᵀ − diag(s)‖², Gaussian start of scale 0.1), a sweep
+of ``--configs`` configurations (a λ × η grid, one seed):
 
 - ``gd``: ``rankflow.run`` of GD, ``--steps`` steps, the table included;
 - ``sde``: ``rankflow.run`` of the Euler–Maruyama ``stochastic_flow`` (dt = 1, σ = 0.01);
@@ -172,6 +174,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     from rankflow.core import config as config_lib
     from rankflow.engine import devices
 
+    rankflow.use_all_cores()  # before JAX starts: the count of this process's label
     cfgs = {c: sweep_config(args, c) for c in CASES if not c.startswith("scan")}
     point = config_lib.expand(config_lib.resolve(fs.base_config(args, "gd")))[0]
     scan = fs.reference_program(point, "gd", None)

@@ -1,7 +1,9 @@
 """``python -m benchmarks.device`` on this machine's backend, as its own smoke test
 (issue #18): its tables agree with one CPU device's, it says so, and a table that
 differs is caught (exit status 1). ``python -m benchmarks.scaling --quick`` runs each
-device count in its own process and reports every column (slow: about a minute)."""
+device count in its own process and reports every column (slow: about a minute).
+``python -m benchmarks.import_side_effects --quick`` finds a user's process unchanged by
+``import rankflow`` (issue #27)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,14 @@ def test_scaling_script_runs_each_device_count_and_reports_every_column(tmp_path
     table = [line for line in res.stdout.splitlines() if line.startswith("| ")]
     assert len(table) == 3 and all(line.count("|") == 11 for line in table)
     assert "hand-written scan, every device" in table[0]
+
+
+def test_import_side_effects_script_finds_the_users_flags_and_devices_unchanged():
+    res = _script("benchmarks.import_side_effects", "--quick")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "XLA_FLAGS and device count the same as plain" in res.stdout
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| plain", "| import", "| use_all_cores"]
 
 
 def _tables():

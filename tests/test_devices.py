@@ -1,8 +1,9 @@
-"""CPU devices (issue #18): rankflow asks JAX for one CPU device per physical core
-unless the user set the count (the variable, XLA's flag, JAX's config), never crashes
-when JAX started first, and gives the same tables with 1 and 2 devices for every kind of
-batch (fixed step, SDE, adaptive, attention); no batched decomposition is left to
-deadlock XLA:CPU's pool."""
+"""CPU devices (issue #18): ``rankflow.use_all_cores()`` (and the ``rankflow`` command)
+ask JAX for one CPU device per physical core unless the user set the count (the
+variable, XLA's flag, JAX's config), the command never crashes when JAX started first
+(issue #27: importing rankflow asks for nothing), and rankflow gives the same tables
+with 1 and 2 devices for every kind of batch (fixed step, SDE, adaptive, attention); no
+batched decomposition is left to deadlock XLA:CPU's pool."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 COUNT = """
 import rankflow, jax
 from rankflow.engine import devices
+rankflow.use_all_cores()
 print(jax.device_count(), "|", devices.setting().source)
 """
 
@@ -55,7 +57,7 @@ def _count(**env: str) -> tuple[int, str]:
 def test_the_default_and_all_are_one_device_per_physical_core():
     n, source = _count()
     assert n == devices.default_count()[0] == devices.physical_cores()
-    assert source.startswith("the default: one per physical core")
+    assert source.startswith("every core, one per physical core")
     n, source = _count(RANKFLOW_CPU_DEVICES="all")
     assert n == devices.default_count()[0] == devices.physical_cores()
     assert source.startswith("RANKFLOW_CPU_DEVICES=all: one per physical core")
@@ -92,22 +94,21 @@ def test_a_count_the_user_set_is_kept(env, expected, source):
     assert n == expected and why.startswith(source)
 
 
-def test_jax_started_before_rankflow_is_left_alone_and_info_says_how_to_get_more():
+def test_the_command_after_jax_started_leaves_it_and_info_says_how_to_get_more():
     res = _python(
         """
         import jax
         jax.devices()  # JAX's CPU backend starts with its one device
-        import rankflow, jax
-        from rankflow import sysinfo
+        import rankflow.cli
         print(jax.device_count())
-        print(sysinfo.format_info(sysinfo.info()))
+        rankflow.cli.main(["info"])
         """
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0] == "1"
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("CPU devices:"))
-    assert line.startswith("CPU devices: 1, by JAX had started before rankflow was imported")
-    assert "RANKFLOW_CPU_DEVICES=N" in line
+    assert line.startswith("CPU devices: 1, via the rankflow command: JAX had started before")
+    assert "call rankflow.use_all_cores() before anything uses JAX" in line
 
 
 def test_a_bad_count_is_one_line_and_the_default_is_used():
@@ -173,6 +174,7 @@ SWEEPS = """
 import pickle
 import rankflow, rankflow.attention as ra
 import jax
+rankflow.use_all_cores()
 base = {
     "problem": {"kind": "diagonal", "singular_values": [1.0, 0.6, 0.3, 0.1]},
     "model": {"r": 4},

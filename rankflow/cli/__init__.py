@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from ..config.fields import ConfigError
+from ..engine import devices
 from . import attention, compare, demo, info, inspect, plot, reproduce, run
 
 __all__ = ["build_parser", "main"]
@@ -38,8 +39,14 @@ INTERRUPTED = 130
 def main(argv: list[str] | None = None) -> int:
     """Run ``rankflow ARGV``. A user's mistake is one line on stderr: exit status 2 for
     a config error, 1 for a file that cannot be read or written; Ctrl-C exits 130,
-    saying whether ``--resume`` continues (finished chunks are kept)."""
+    saying whether ``--resume`` continues (finished chunks are kept).
+
+    Before the command starts JAX, it asks for one CPU device per physical core
+    (``RANKFLOW_CPU_DEVICES`` and XLA's flag choose otherwise) and single-threaded Eigen:
+    :func:`rankflow.engine.devices.configure`, which leaves JAX's count, without an
+    error, where JAX has started already (``main`` called inside a Python process)."""
     args = build_parser().parse_args(argv)
+    devices.configure(via=devices.COMMAND)
     try:
         return args.func(args)
     except ConfigError as e:

@@ -1,14 +1,19 @@
-"""How many CPU devices JAX gives rankflow: one per physical core unless the user says.
+"""How many CPU devices JAX shows: one per physical core when asked, JAX's own otherwise.
+
+Importing rankflow changes nothing in JAX (no ``XLA_FLAGS``, no JAX config): a notebook
+that imports it runs its own JAX code as before. The ``rankflow`` command, and a Python
+user who calls :func:`use_all_cores` before anything uses JAX, get one CPU device per
+physical core and single-threaded Eigen kernels in XLA:CPU (:func:`single_threaded_eigen`).
 
 XLA:CPU shows one device unless told otherwise, and a vmapped batch of small matrix
 products (rankflow's sweeps) runs on that device's one thread: one core of two sits idle
 (measured, issue #18). rankflow shards every batch over all the devices JAX sees, so with
-one CPU device per core a sweep uses every core. The count is the user's where they set
-it, in this order:
+one CPU device per core a sweep uses every core. :func:`use_all_cores` (and the
+``rankflow`` command) take the count from the first of:
 
 1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer), or ``RANKFLOW_CPU_DEVICES=all``;
 2. ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (XLA's own flag);
-3. ``jax.config.update("jax_num_cpu_devices", N)`` before rankflow is imported (or
+3. ``jax.config.update("jax_num_cpu_devices", N)`` before :func:`use_all_cores` (or
    ``JAX_NUM_CPU_DEVICES=N``);
 4. otherwise (and for ``all``) one device per physical core this process may run on: the
    CPUs of its affinity mask (``os.sched_getaffinity``), counted once per core —
@@ -25,10 +30,11 @@ vmaps a decomposition of its own can still meet it: ``RANKFLOW_CPU_DEVICES=1`` i
 way out.
 
 This concerns the CPU backend only: on a GPU or TPU host the accelerators are the
-devices, and ``JAX_PLATFORMS`` without ``cpu`` leaves the CPU count alone. If JAX's
-backends are already running when rankflow is imported (another library used JAX
-first), the count cannot change any more: rankflow leaves it, and ``rankflow info``
-says how many devices are in use and how to get more.
+devices, and ``JAX_PLATFORMS`` without ``cpu`` leaves the CPU count alone. Once JAX's
+backends are running the count cannot change any more: :func:`use_all_cores` then raises
+:class:`~rankflow.ConfigError` saying to call it first, and the ``rankflow`` command
+(which never raises for it) leaves JAX's count; ``rankflow info`` says which count is in
+force and what set it.
 """
 
 from __future__ import annotations
@@ -39,7 +45,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.fields import ConfigError
+
 __all__ = [
+    "CALL",
+    "COMMAND",
+    "EIGEN_FLAG",
     "ENV",
     "LATE",
     "XLA_FLAG",
@@ -47,33 +58,54 @@ __all__ = [
     "cgroup_cpus",
     "configure",
     "default_count",
+    "jax_started",
     "physical_cores",
     "requested",
     "setting",
+    "single_threaded_eigen",
     "usable_cpus",
+    "use_all_cores",
 ]
 
 ENV = "RANKFLOW_CPU_DEVICES"
 XLA_FLAG = "--xla_force_host_platform_device_count"
+EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
+# Who asked for the count (``CpuDevices.via``).
+COMMAND = "the rankflow command"
+CALL = "rankflow.use_all_cores()"
 CGROUP = Path("/sys/fs/cgroup")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
 @dataclass(frozen=True)
 class CpuDevices:
-    """The CPU device count rankflow asked JAX for (None: it asked for nothing) and why,
-    in words for ``rankflow info``."""
+    """The CPU device count rankflow asked JAX for (None: it asked for nothing), why in
+    words for ``rankflow info``, and who asked (:data:`COMMAND`, :data:`CALL`; None: no
+    one, JAX's own count stands)."""
 
     count: int | None
     source: str
+    via: str | None = None
+
+    @property
+    def applied(self) -> bool:
+        """Whether a call before JAX started set the count (or found it set)."""
+        return self.via is not None and self.source != LATE
 
 
-# Why the count is JAX's own when its backends started before rankflow was imported.
+# Why the count is JAX's own when its backends started before anyone asked.
 LATE = (
-    "JAX had started before rankflow was imported, so its device count stands; set "
-    f"{ENV}=N and import rankflow before using JAX for N CPU devices"
+    f"JAX had started before the count could be set, so JAX's own count stands; call {CALL} "
+    "before anything uses JAX"
 )
-_SETTING = CpuDevices(None, "not configured (rankflow.engine.devices.configure not run)")
+# use_all_cores's one-line error once JAX has started.
+_STARTED = (
+    f"{CALL}: JAX has already started, so its CPU device count can no longer change; "
+    f"call {CALL} first, before anything uses JAX"
+)
+_SETTING = CpuDevices(
+    None, f"JAX's default: {CALL} was not called (before JAX starts, it gives one per core)"
+)
 
 
 def _read(path: Path) -> str | None:
@@ -171,36 +203,103 @@ def requested(environ: dict[str, str] | None = None) -> tuple[int | None, str, s
     return None, "", problem
 
 
-def configure() -> CpuDevices:
-    """Ask JAX for the CPU device count of the module docstring, unless its backends are
-    running already; remembered for :func:`setting`. Called when rankflow is imported."""
+def jax_started() -> bool:
+    """Whether JAX's backends are running (then the device count and ``XLA_FLAGS`` can no
+    longer change anything)."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # another JAX layout: config.update's RuntimeError tells instead
+        return False
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(started and started())
+
+
+def single_threaded_eigen(environ: dict[str, str] | None = None) -> bool:
+    """Add :data:`EIGEN_FLAG` to ``XLA_FLAGS`` (single-threaded Eigen in XLA:CPU) unless
+    the flags name Eigen's threads already or ``RANKFLOW_EIGEN_THREADS`` is set (any value
+    keeps JAX's default); True where it added it. CPU only: the flag is XLA:CPU's, and
+    GPU and TPU backends ignore it. It acts only before JAX creates its CPU backend.
+
+    Measured here (jax 0.10.2, 2 cores), a vmapped batch of 2,048 runs' observables ran
+    1.5× faster with XLA's Eigen kernels single-threaded: at this suite's sizes the
+    batch, not the single matrix, is the parallelism worth having. (The deadlocks of
+    batched CPU LAPACK kernels are avoided in ``rankflow.numerics.linalg``.)
+    """
+    env = os.environ if environ is None else environ
+    flags = env.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" in flags or env.get("RANKFLOW_EIGEN_THREADS"):
+        return False
+    env["XLA_FLAGS"] = f"{flags} {EIGEN_FLAG}".strip()
+    return True
+
+
+def configure(via: str = COMMAND) -> CpuDevices:
+    """Ask JAX for the CPU device count of the module docstring and single-threaded
+    Eigen (:func:`single_threaded_eigen`), unless its backends are running already (then
+    the setting says so: :data:`LATE`); remembered for :func:`setting`. Never raises:
+    the ``rankflow`` command calls it before anything starts JAX; Python users call
+    :func:`use_all_cores`. A second call after one that applied changes nothing."""
     global _SETTING
     import jax
 
+    if _SETTING.applied:
+        return _SETTING
+    if jax_started():
+        _SETTING = CpuDevices(None, LATE, via)
+        return _SETTING
     count, source, problem = requested()
     if problem:
         print(f"rankflow: {problem}", file=sys.stderr)
     platforms = os.environ.get("JAX_PLATFORMS", "").strip()
     preset = jax.config.jax_num_cpu_devices
     if platforms and "cpu" not in [p.strip() for p in platforms.split(",")]:
-        _SETTING = CpuDevices(None, f"no CPU backend (JAX_PLATFORMS={platforms})")
+        _SETTING = CpuDevices(None, f"no CPU backend (JAX_PLATFORMS={platforms})", via)
     elif count is not None and not source.startswith(ENV):
-        _SETTING = CpuDevices(count, source)  # XLA's flag: JAX reads it itself
+        _SETTING = CpuDevices(count, source, via)  # XLA's flag: JAX reads it itself
     elif count is None and preset >= 0:
-        _SETTING = CpuDevices(preset, f"jax_num_cpu_devices={preset}, set before rankflow")
+        _SETTING = CpuDevices(preset, f"jax_num_cpu_devices={preset}, set by you", via)
     else:
         if count is None:
             count, why = default_count()
-            source = f"the default: {why}"
+            source = f"every core, {why}"
         try:
             jax.config.update("jax_num_cpu_devices", count)
         except RuntimeError:  # JAX's backends are running: the count can no longer change
-            _SETTING = CpuDevices(None, LATE)
-        else:
-            _SETTING = CpuDevices(count, source)
+            _SETTING = CpuDevices(None, LATE, via)
+            return _SETTING
+        _SETTING = CpuDevices(count, source, via)
+    single_threaded_eigen()
     return _SETTING
 
 
+def use_all_cores() -> CpuDevices:
+    """One JAX CPU device per physical core, and single-threaded Eigen kernels, for this
+    process: what the ``rankflow`` command does, for Python users who want it (a sweep
+    shards its batch over every device). Call it before anything uses JAX; importing
+    rankflow does neither. The count is the user's where they set one
+    (``RANKFLOW_CPU_DEVICES=N`` or ``all``, XLA's
+    ``--xla_force_host_platform_device_count``, ``JAX_NUM_CPU_DEVICES``);
+    ``RANKFLOW_EIGEN_THREADS`` (any value) keeps JAX's Eigen threads. Calling it again
+    is harmless.
+
+    Returns:
+      The :class:`CpuDevices` in force (also :func:`setting`).
+
+    Raises:
+      ConfigError: JAX's backends have started (a computation, ``jax.devices()``), so
+        the count can no longer change.
+    """
+    if jax_started() and not _SETTING.applied:
+        raise ConfigError(_STARTED)
+    found = configure(via=CALL)
+    if not found.applied:  # jax.config refused the count: JAX started all the same
+        raise ConfigError(_STARTED)
+    return found
+
+
 def setting() -> CpuDevices:
-    """What :func:`configure` did in this process."""
+    """What :func:`configure` (or :func:`use_all_cores`) did in this process; JAX's default
+    where neither ran."""
     return _SETTING

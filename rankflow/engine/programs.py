@@ -23,6 +23,9 @@ __all__ = [
 PROGRAMS: dict[str, Any] = {}
 # How many times each structure's program has been traced (tests assert it stays 1).
 TRACE_COUNTS: dict[str, int] = defaultdict(int)
+# The cache folder enable_compilation_cache set (None: it set none), told apart from a
+# folder the user set, which it leaves alone.
+_OWN_CACHE: str | None = None
 
 
 def program(key: str, build: Callable[[], Any]) -> Any:
@@ -59,13 +62,32 @@ def compilation_cache_dir() -> str | None:
 
 def enable_compilation_cache() -> str | None:
     """Turn on JAX's persistent compilation cache in :func:`compilation_cache_dir`, so a
-    rerun of a sweep in a new process does not compile again."""
+    rerun of a sweep in a new process does not compile again; called by ``rankflow.run``
+    and the commands before they compile.
+
+    Only where the user has set no cache of their own: a ``jax_compilation_cache_dir``
+    set before (``jax.config.update`` or ``JAX_COMPILATION_CACHE_DIR``) is left as it
+    is, with JAX's thresholds, and is the folder returned. Otherwise rankflow sets its
+    folder and caches every program (``jax_persistent_cache_min_compile_time_secs`` and
+    ``jax_persistent_cache_min_entry_size_bytes`` set to 0: rankflow's programs compile
+    in under JAX's default second, and a sweep's reruns are what the cache is for).
+    ``RANKFLOW_CACHE_DIR=off`` leaves JAX's config untouched.
+
+    Returns:
+      The folder of the cache in use, or None where rankflow turned none on.
+    """
+    global _OWN_CACHE
     import jax
 
     where = compilation_cache_dir()
     if where is None:
         return None
-    jax.config.update("jax_compilation_cache_dir", where)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    current = jax.config.jax_compilation_cache_dir
+    if current and current != _OWN_CACHE:  # the user's own cache
+        return current
+    if current != where:
+        jax.config.update("jax_compilation_cache_dir", where)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        _OWN_CACHE = where
     return where

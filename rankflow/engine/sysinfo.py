@@ -149,6 +149,7 @@ def info() -> dict[str, Any]:
         "usable_cpus": usable,
         "cpu_devices": _cpu_devices(),
         "cpu_devices_set_by": cpu_devices.setting().source,
+        "cpu_devices_via": cpu_devices.setting().via,
         "physical_cores": cpu_devices.default_count()[0],
         "environment": {name: os.environ.get(name) for name in THREAD_VARIABLES},
     }
@@ -160,6 +161,19 @@ def _count(n: int, noun: str) -> str:
 
 def _memory_text(n: int | None) -> str:
     return "not reported" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def _cpu_devices_text(d: dict[str, Any]) -> str:
+    """Which CPU device count is in force: every core (or the user's count) via the
+    ``rankflow`` command or ``rankflow.use_all_cores()``, or JAX's default."""
+    via, source = d.get("cpu_devices_via"), d["cpu_devices_set_by"]
+    line = f"CPU devices: {d['cpu_devices']}, "
+    if via is None:
+        return line + source
+    line += f"via {via}: {source}"
+    if source == cpu_devices.LATE or cpu_devices.ENV in source:
+        return line
+    return line + f"; {cpu_devices.ENV}=N sets it"
 
 
 def format_info(d: dict[str, Any]) -> str:
@@ -181,8 +195,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"compilation cache: {cache}",
         f"cpus: {d['cpus']} ({d['usable_cpus']} usable by this process, "
         f"{d['physical_cores']} physical cores): {d['cpu_model']}",
-        f"CPU devices: {d['cpu_devices']}, by {d['cpu_devices_set_by']}"
-        + ("" if cpu_devices.ENV in d["cpu_devices_set_by"] else f" ({cpu_devices.ENV}=N sets it)"),
+        _cpu_devices_text(d),
     ]
     lines += [f"{k}: {'(unset)' if v is None else v}" for k, v in d["environment"].items()]
     return "\n".join(lines)
