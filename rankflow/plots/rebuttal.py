@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -105,34 +106,46 @@ def rebuttal_figure(
     return fig
 
 
-# Per experiment: the figure's x column, metric, grouping and title.
+class FigureSpec(NamedTuple):
+    """A rebuttal experiment's figure: its x column, metric (per ``row`` value where the
+    figure has rows), title, x label and the column its points are grouped by."""
+
+    x: str
+    metric: str | Mapping[str, str]
+    title: str
+    xlabel: str
+    group: str | None = None
+    row: str | None = None
+
+
+# Per experiment (a key of rankflow.attention.tables.LAYOUTS): its figure.
 REBUTTAL_FIGURES = {
-    "lambda": dict(
-        x="dynamics.lam",
-        metric="val_loss",
-        xlabel="λ (every group but LayerNorms)",
-        title="char_lm: loss and per-head rank across weight decay λ",
+    "lambda": FigureSpec(
+        "dynamics.lam",
+        "val_loss",
+        "char_lm: loss and per-head rank across weight decay λ",
+        "λ (every group but LayerNorms)",
     ),
-    "lr_control": dict(
-        x="train.lr_v",
-        metric="val_loss",
+    "lr_control": FigureSpec(
+        "train.lr_v",
+        "val_loss",
+        "char_lm: effective-learning-rate control (decay on attention)",
+        "value-projection learning-rate multiplier (train.lr_v)",
         group="decay",
-        xlabel="value-projection learning-rate multiplier (train.lr_v)",
-        title="char_lm: effective-learning-rate control (decay on attention)",
     ),
-    "dh": dict(
-        x="d_h",
-        metric="val_loss",
+    "dh": FigureSpec(
+        "d_h",
+        "val_loss",
+        "char_lm: key–query dimension, weight decay on against off attention",
+        "head dimension d_h = D/H (D = 32)",
         group="decay",
-        xlabel="head dimension d_h = D/H (D = 32)",
-        title="char_lm: key–query dimension, weight decay on against off attention",
     ),
-    "contrast": dict(
-        x="variant",
-        metric={"ViT (shapes)": "val_accuracy", "char_lm": "val_loss"},
+    "contrast": FigureSpec(
+        "variant",
+        {"ViT (shapes)": "val_accuracy", "char_lm": "val_loss"},
+        "Weight decay in attention: vision against language",
+        "weight decay",
         row="task",
-        xlabel="weight decay",
-        title="Weight decay in attention: vision against language",
     ),
 }
 
@@ -140,6 +153,7 @@ REBUTTAL_FIGURES = {
 def experiment_figure(kind: str, finals: pd.DataFrame, out_path: str | Path | None = None):
     """The figure of rebuttal experiment ``kind`` (a key of :data:`REBUTTAL_FIGURES`) from
     its ``finals`` (:func:`rankflow.attention.tables.experiment`)."""
-    spec = dict(REBUTTAL_FIGURES[kind])
-    x, metric, title = spec.pop("x"), spec.pop("metric"), spec.pop("title")
-    return rebuttal_figure(finals, x, metric, title, out_path, **spec)
+    f = REBUTTAL_FIGURES[kind]
+    return rebuttal_figure(
+        finals, f.x, f.metric, f.title, out_path, row=f.row, group=f.group, xlabel=f.xlabel
+    )

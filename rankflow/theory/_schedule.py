@@ -58,9 +58,7 @@ def gf_balance_gap_scheduled(
 ) -> Float[Array, "*T *S"]:
     """T4 scheduled: ``‖D(t)‖ = e^{−2λ∫₀ᵗη}‖D(0)‖`` (any norm). Shape ``t.shape +
     gap0.shape``."""
-    gap0 = jnp.asarray(gap0, float_dtype(gap0))
-    t = jnp.asarray(t, gap0.dtype)
-    return outer_scale(jnp.exp(-scheduled_balance_exponent(eta, lam, t, schedule)), gap0)
+    return gf_balance_scheduled(jnp.asarray(gap0, float_dtype(gap0)), eta, lam, t, schedule)
 
 
 # --- T5 under a schedule -------------------------------------------------------------------
