@@ -482,4 +482,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import rankflow
+
+    rankflow.use_all_cores()  # as the rankflow command does: one CPU device per core
     sys.exit(main())

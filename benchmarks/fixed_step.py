@@ -636,4 +636,7 @@ def _without_option(argv: list[str], name: str) -> list[str]:
 
 
 if __name__ == "__main__":
+    import rankflow
+
+    rankflow.use_all_cores()  # as the rankflow command does: one CPU device per core
     sys.exit(main())

@@ -1309,4 +1309,7 @@ def write_markdown(text: str, ran: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    import rankflow
+
+    rankflow.use_all_cores()  # as the rankflow command does: one CPU device per core
     sys.exit(main())

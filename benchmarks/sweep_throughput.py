@@ -176,4 +176,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    rankflow.use_all_cores()  # as the rankflow command does: one CPU device per core
     main()
