@@ -87,6 +87,7 @@ TIGHT = {"rtol": 1e-10, "atol": 1e-12}
 T4_TOL = 1e-9
 
 
+@pytest.mark.slow
 def test_T4_every_head_balances_exponentially_under_gradient_flow():
     res = ra.run(_cfg(**FLOW, solver=TIGHT))
     assert (res.heads["status"] == "ok").all()
@@ -102,6 +103,7 @@ def test_T4_every_head_balances_exponentially_under_gradient_flow():
     assert loss[-1] < loss[0]
 
 
+@pytest.mark.slow
 def test_T4_fails_with_qk_biases():
     biased = {"qk_bias": True, "bias_scale": 0.5}
     res = ra.run(_cfg(attention=biased, **FLOW, solver=TIGHT))
@@ -168,6 +170,7 @@ def _gd_pair(s, pair):
     return (*before, *after, *grads, s["G"][pair], s["hyper"]["eta"], s["hyper"][f"lam_{pair}"])
 
 
+@pytest.mark.slow
 def test_T5_one_gd_step_per_head(gd_setup):
     for pair in ra.PAIRS:
         A, B, A1, B1, gA, gB, G, eta, lam = _gd_pair(gd_setup[False], pair)
@@ -410,6 +413,7 @@ def test_error_messages_suggest():
         ra.resolve(_cfg(sweep={"attention.H": [2, 3]}))
 
 
+@pytest.mark.slow
 def test_cli_train_writes_tables_resumes_and_compiles_once(tmp_path, capsys):
     path = tmp_path / "tiny.toml"
     path.write_text(CLI_CONFIG)

@@ -61,6 +61,7 @@ def _assert_same(a: ra.Results, b: ra.Results):
     pd.testing.assert_frame_equal(a.loss, b.loss, check_categorical=False)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_sweep_then_resume_gives_exactly_the_uninterrupted_tables(tmp_path):
     path = tmp_path / "tiny.toml"
     path.write_text(CONFIG)
@@ -81,6 +82,7 @@ def test_sigkill_mid_sweep_then_resume_gives_exactly_the_uninterrupted_tables(tm
     _assert_same(ra.load(out), ra.run(str(path), chunk=1))
 
 
+@pytest.mark.slow
 def test_submitit_local_executor_runs_a_two_job_array_into_one_directory(tmp_path):
     pytest.importorskip("submitit")
     path = tmp_path / "tiny.toml"

@@ -5,6 +5,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from conftest import tree_allclose
 
 from rankflow.core import config as config_lib
@@ -48,6 +49,7 @@ def make_batch(n=6):
     }
 
 
+@pytest.mark.slow
 def test_strategies_agree_float64():
     batch = make_batch()
     outs = {s: jax.jit(batching.batched(single, s))(batch) for s in ("vmap", "map", "chunks:4")}
@@ -55,6 +57,7 @@ def test_strategies_agree_float64():
         assert tree_allclose(outs[s], outs["vmap"], rtol=1e-12, atol=1e-14), s
 
 
+@pytest.mark.slow
 def test_choose_is_measured_once_and_cached():
     batching.forget("test-structure")
     batch = make_batch(12)

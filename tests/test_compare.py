@@ -59,6 +59,7 @@ def _check_files(tables, out):
     assert {"optimizer", "flow", "compare", "versions"} <= set(meta)
 
 
+@pytest.mark.slow
 def test_gd_compare_writes_documented_tables(gd_out):
     tables, out = gd_out
     assert set(tables) == {"trajectory", "contraction", "order"}
@@ -97,6 +98,7 @@ def test_T8_gd_converges_to_gradient_flow_at_first_order(gd_out):
     assert o["order_stderr"].iloc[0] < 0.1
 
 
+@pytest.mark.slow
 def test_T6_sgf_and_sgd_gaussian_means_of_the_trace(sgd_out):
     tables, out = sgd_out
     assert set(tables) == {"trajectory", "sde"}

@@ -40,6 +40,7 @@ def sme_tables():
     return compare(SME, overrides=OPTIONS)
 
 
+@pytest.mark.slow
 def test_T10_sgd_against_its_sme_weak_order_one(sme_tables):
     weak = sme_tables["weak"]
     trace = weak[weak["observable"] == "balance_trace"]

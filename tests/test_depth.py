@@ -213,6 +213,7 @@ def test_chain_rule_and_observables_match_theory():
 # --- the table and the compilations ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sweep_over_lambda_and_depth_compiles_once_per_depth():
     cfg = {
         "problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},

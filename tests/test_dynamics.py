@@ -108,6 +108,7 @@ def _vbt_sgf(method):
     return jax.jit(jax.vmap(solve, in_axes=(None, None, 0)))
 
 
+@pytest.mark.slow
 def test_T6_sgf_mean_balance_trace_matches_theory_and_the_wrong_sign_fails():
     K = 256
     eta, lam, sigma = SGF["eta"], SGF["lam"], SGF["sigma"]
@@ -230,6 +231,7 @@ def test_T7_momentum_balance_rates_along_simulated_states():
 # --- momentum flow → gradient flow as μ → ∞ -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_momentum_flow_approaches_gradient_flow_like_one_over_mu():
     mus = [0.5, 2.0, 8.0, 32.0]
     base = {
@@ -260,6 +262,7 @@ def test_momentum_flow_approaches_gradient_flow_like_one_over_mu():
 # --- exact equalities between dynamics ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sgd_gaussian_without_noise_is_gd_and_sgf_without_noise_is_gradient_flow():
     base = {
         "x64": True,
@@ -354,6 +357,7 @@ def test_hand_adamw_is_optax_adamw():
     np.testing.assert_allclose(params[1], hand_B[-1], rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_sgd_with_the_full_batch_is_gd():
     base = {
         "x64": True,
@@ -411,6 +415,7 @@ def test_T8_gd_is_first_order_in_eta_against_gradient_flow():
     assert np.all(np.diff(errs) < 0), errs
 
 
+@pytest.mark.slow
 def test_sde_strong_order_shark_above_euler_maruyama():
     """Strong error at T = 4 of SGF (rankflow's drift and noise terms) against a fine
     ShARK solution on the same VirtualBrownianTree paths, for dt = 1, ½, ¼, ⅛."""
@@ -445,6 +450,7 @@ def test_sde_strong_order_shark_above_euler_maruyama():
         {"kind": "sgd_gaussian", "sigma": 0.3},
     ],
 )
+@pytest.mark.slow
 def test_same_seed_same_table_paths_differ_and_path_i_is_the_same_in_bigger_runs(dynamics):
     cfg = {
         "x64": True,

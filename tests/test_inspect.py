@@ -646,6 +646,7 @@ def peak_rss_bytes(path: Path, out: Path) -> int:
     return int(res.stdout.split()[-1])
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_checkpoint(tmp_path):
     """A 100 MB checkpoint (24 layers) peaks within a few MB of a 2-layer one: the
     layers are read one at a time and each file is unmapped after every layer."""

@@ -144,6 +144,7 @@ def test_mutant_balancing_gd():
     _check(balancing.gd_claim(balancing.rates(flow, "gd")), name, "fail")
 
 
+@pytest.mark.slow
 def test_mutant_balancing_momentum_flow():
     """No momentum (μ → ∞: gradient flow) gives rate/(2ηλ) = 1 against the orbit's 1.037
     and 1.010; coupled decay gives about twice the orbit's excess (1.077, 1.021)."""
@@ -156,6 +157,7 @@ def test_mutant_balancing_momentum_flow():
         _check(balancing.momentum_claim(balancing.rates(wrong, "momentum_flow")), name, "fail")
 
 
+@pytest.mark.slow
 def test_mutant_balancing_stochastic_flow_mean(monkeypatch):
     """T6 at m = 12, n = 4: noise of twice the variance (σ√2 where σ is recorded) and T6
     with its noise term's sign flipped both miss the Monte Carlo mean by ≫ 4 SE."""
@@ -228,6 +230,7 @@ def test_mutant_rank_factorised_is_nuclear():
 ATTENTION = {"save.t1": 200, "sweep.dynamics.lam": [0.0, 3.0], "sweep.seed": [0, 1]}
 
 
+@pytest.mark.slow
 def test_mutant_attention_rank():
     """A decay mask that misses the attention pairs (decay on the embeddings instead):
     the heads' effective rank no longer falls with λ (drop far below 25%, runs overlap)."""

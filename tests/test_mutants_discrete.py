@@ -305,7 +305,14 @@ def test_mutant_claims_are_the_passable_claims():
     assert set(MUTANTS) == set(DATA) == set(MUTANT_CLAIMS)
 
 
-@pytest.mark.parametrize("claim", MUTANT_CLAIMS)
+# ~10–40 s each on 2 cores: these three in the slow run.
+SLOW_CLAIMS = ("discrete.gd_order", "discrete.sgf_floor", "discrete.sgf_mean")
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CLAIMS else c for c in MUTANT_CLAIMS],
+)
 def test_mutant_discrete(claim, request):
     """The claim passes on the right small data and fails, by ≥ 3× its tolerance, on each
     of its mutants (see the docstring of the function named after the claim)."""

@@ -196,14 +196,10 @@ def test_mutant_claims_are_the_passable_claims():
     assert set(MUTANTS) == set(DATA) == set(MUTANT_CLAIMS)
 
 
-@pytest.mark.parametrize(
-    "claim",
-    # no_floor needs both noise models at two dts (~25 s): in the slow run
-    [
-        pytest.param(c, marks=pytest.mark.slow) if c == "noise.no_floor" else c
-        for c in MUTANT_CLAIMS
-    ],
-)
+# no_floor needs both noise models at two dts (~25 s), sgd_step_mean and t9_pathwise ~10–20 s
+# each on 2 cores: all three in the slow run.
+@pytest.mark.slow
+@pytest.mark.parametrize("claim", MUTANT_CLAIMS)
 def test_mutant_noise(claim, request):
     """The claim passes on the right small data and fails on each of its mutants (see the
     docstring of the function named after the claim)."""

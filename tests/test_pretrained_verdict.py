@@ -72,6 +72,7 @@ def reproduce(path, out) -> tuple[pd.DataFrame, pd.DataFrame]:
 # --- random initialisation fails -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_random_init_fails_in_95_of_100_seeds(tmp_path):
     """Random-initialised GPT-2- and Llama-shaped checkpoints (Llama: rotary, grouped-query
     attention), 100 seeds each, written as safetensors: each claim fails in ≥ 95 of 100

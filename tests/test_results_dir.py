@@ -111,6 +111,7 @@ def _model_folder(tmp_path: Path) -> Path:
     return model
 
 
+@pytest.mark.slow
 def test_two_writers_at_once_one_is_refused_the_other_is_its_own_table(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY_TOML)
@@ -309,6 +310,7 @@ def test_missing_chunks_warn_with_the_count_and_raise_when_strict(tmp_path, caps
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_attention_load_warns_on_a_missing_chunk(tmp_path):
     import rankflow.attention as ra
 

@@ -38,7 +38,13 @@ PROBLEMS = {
 }
 
 
-@pytest.mark.parametrize("kind", list(PROBLEMS))
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(k, marks=pytest.mark.slow) if k in ("completion", "regression") else k
+        for k in PROBLEMS
+    ],
+)
 def test_T4_balance_gap_decays_exactly_under_gradient_flow(kind):
     eta, lams = 0.5, [0.0, 0.02, 0.05]
     df = rankflow.run(
@@ -104,6 +110,7 @@ def test_gd_is_one_euler_step_of_gradient_flow():
     assert np.max(np.abs(stepped[0] - theta[0])) > 1e-3  # the step is not trivial
 
 
+@pytest.mark.slow
 def test_gd_table_equals_fixed_step_euler_flow_table():
     base = {
         "x64": True,
@@ -240,7 +247,26 @@ def test_flow_blowup_stops_at_event_and_max_steps_is_recorded():
     assert df["status"].iloc[0] == "ok" and df["status"].iloc[-1] == "max_steps"
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "sims").glob("*.toml")))
+# Three examples in the default run (diagonal_gd, sensing, compare_sgd); the rest ~10 s each on
+# 2 cores, in the slow run.
+SLOW_EXAMPLES = (
+    "completion",
+    "compare_gd",
+    "compare_momentum",
+    "custom",
+    "demo",
+    "diagonal_flow",
+    "regression",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXAMPLES else n
+        for n in sorted(p.stem for p in (ROOT / "sims").glob("*.toml"))
+    ],
+)
 def test_sims_examples_write_valid_tables(name, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = tmp_path / name
@@ -270,6 +296,7 @@ def test_sims_examples_write_valid_tables(name, tmp_path, monkeypatch):
     assert math.isclose(df["t"].max(), t1)
 
 
+@pytest.mark.slow
 def test_T3_gradient_flow_reaches_the_nuclear_norm_minimiser_on_sensing():
     from rankflow import theory
 

@@ -57,6 +57,7 @@ def _rankflow(*args, env=None, **kw):
     )
 
 
+@pytest.mark.slow
 def test_chunked_equals_unchunked_and_pads_to_one_shape(tmp_path):
     whole = rankflow.run(SMALL)
     chunked = rankflow.run(SMALL, out=tmp_path, chunk=4)
@@ -75,6 +76,7 @@ def test_default_chunk_bounds_memory():
     assert 1 <= default_chunk_size(big) < 16  # 4000 × 200 × 200 measurements per run
 
 
+@pytest.mark.slow
 def test_200_config_sweep_compiles_each_structure_once(tmp_path):
     cfg = {
         "problem": {"kind": "diagonal", "singular_values": [0.3, 0.6, 0.9]},
@@ -142,6 +144,7 @@ def test_sigkill_mid_sweep_then_resume_gives_exactly_the_uninterrupted_rows(tmp_
     pd.testing.assert_frame_equal(rankflow.load(out), ref, check_categorical=False)
 
 
+@pytest.mark.slow
 def test_one_and_four_devices_give_identical_tables(tmp_path):
     path = _write_config(tmp_path / "sweep.toml", SMALL)
     tables = []
@@ -180,6 +183,7 @@ def test_submitit_local_executor_runs_a_two_job_array_into_one_directory(tmp_pat
     pd.testing.assert_frame_equal(rankflow.load(tmp_path), df)
 
 
+@pytest.mark.slow
 def test_compilation_cache_serves_a_new_process(tmp_path):
     path = _write_config(tmp_path / "c.toml", SMALL | {"save": {"t1": 17, "num": 18}})
     env = {"RANKFLOW_CACHE_DIR": str(tmp_path / "cache")}

@@ -264,6 +264,7 @@ def test_training_beats_chance_and_shuffled_labels_do_not():
     assert acc > base["linear_val"] + 4 * se, (acc, base)
 
 
+@pytest.mark.slow
 def test_a_short_training_run_lowers_the_loss_and_beats_chance():
     """60 full-batch steps on 256 images: the training loss falls by a third and the
     validation accuracy is above chance by more than 3 binomial standard errors."""
@@ -284,6 +285,7 @@ def test_linear_baseline_converges_and_separates_separable_data():
     assert out["chance"] == 1 / 3 and out["grad_norm"] < 1e-8
 
 
+@pytest.mark.slow
 def test_a_tiny_run_reports_accuracy_in_the_loss_table():
     res = ra.run(dict(TINY, sweep={"seed": [0, 1]}))
     loss = res.loss
