@@ -172,7 +172,7 @@ _NOISY = "stochastic_flow, stochastic_momentum_flow, sgd_gaussian"
         (
             {"dynamics": {"kind": "stochastic_flow", "sigma": 0.1}, "solver": {"method": "tsit5"}},
             "solver.method",
-            "euler, heun, sea, shark, sra1",
+            "euler, heun, midpoint, ralston, sea, shark, sra1",
         ),
         (
             {
@@ -180,7 +180,7 @@ _NOISY = "stochastic_flow, stochastic_momentum_flow, sgd_gaussian"
                 "solver": {"method": "dopri5"},
             },
             "solver.method",
-            "euler, heun, sea, shark, sra1",
+            "euler, heun, midpoint, ralston, sea, shark, sra1",
         ),
         ({"solver": {"method": "shark"}}, "solver.method", "tsit5, dopri5"),
         (
@@ -194,7 +194,7 @@ _NOISY = "stochastic_flow, stochastic_momentum_flow, sgd_gaussian"
                 "solver": {"method": "euler", "adaptive": True},
             },
             "solver.adaptive",
-            "heun, shark, sra1",
+            "heun, midpoint, ralston, shark, sra1",
         ),
         # A bad combination inside a structural sweep is found before anything runs.
         (

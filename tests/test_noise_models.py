@@ -285,7 +285,7 @@ def _stratonovich_rate():
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["heun", "midpoint"])
 def test_heun_and_midpoint_converge_to_stratonovich_not_T9(method, t9_paths):
-    """Passed to ``flows.solve`` directly (the config refuses them), Heun and midpoint on
+    """Passed to ``solve_paths`` directly (the config refuses them), Heun and midpoint on
     T9's SDE at m = n converge to the Stratonovich solution, D(t) = e^{−2ηλt} D(0), within
     3× their own RMS strong error, and miss T9's Itô rate by > 10× it on every path,
     while Euler–Maruyama on the same paths meets T9 (the fast test)."""

@@ -1,5 +1,5 @@
-"""rankflow.numerics.solve.solve and rankflow.core.optimizers.iterate: the one diffrax
-setup and the one optimizer loop every continuous and discrete run goes through."""
+"""rankflow.numerics.solve.setup and solve, and rankflow.core.optimizers.iterate: the one
+diffrax set-up and the one optimizer loop every continuous and discrete run goes through."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +8,7 @@ from conftest import tree_allclose
 
 from rankflow.attention.flow import integrate
 from rankflow.core.optimizers import iterate
-from rankflow.numerics.solve import solve
+from rankflow.numerics.solve import setup, solve
 
 
 def growth(t, y, args):
@@ -18,10 +18,10 @@ def growth(t, y, args):
 
 def test_adaptive_solve_stops_at_a_blow_up_and_reports_the_saves_not_reached():
     ts = np.arange(6.0)
-    free = solve(growth, jnp.ones(3), None, ts=ts)
+    free = solve(growth, jnp.ones(3), None, setup({}, ts))
     assert bool(jnp.all(free.reached)) and not bool(free.max_steps_hit)
     assert np.allclose(free.ys[:, 0], np.exp(ts), rtol=1e-4)
-    stopped = solve(growth, jnp.ones(3), None, ts=ts, diverge_norm=100.0)
+    stopped = solve(growth, jnp.ones(3), None, setup({"diverge_norm": 100.0}, ts))
     # e⁴ ≈ 55 < 100 < e⁵: every save up to t = 4 is reached, t = 5 is not.
     assert stopped.reached.tolist() == [True] * 5 + [False]
     assert not bool(stopped.max_steps_hit)
@@ -29,7 +29,7 @@ def test_adaptive_solve_stops_at_a_blow_up_and_reports_the_saves_not_reached():
 
 
 def test_adaptive_solve_out_of_steps_is_max_steps_hit():
-    out = solve(growth, jnp.ones(2), None, ts=np.asarray([0.0, 50.0]), max_steps=3)
+    out = solve(growth, jnp.ones(2), None, setup({"max_steps": 3}, np.asarray([0.0, 50.0])))
     assert out.reached.tolist() == [True, False] and bool(out.max_steps_hit)
 
 
@@ -40,14 +40,13 @@ def test_attention_gradient_flow_has_the_blow_up_event():
     args = (loss, {"w": jnp.zeros(())}, 1.0, {"w": jnp.ones(3)}, {}, np.arange(6.0))
     observe = lambda params: jnp.max(params["w"])  # noqa: E731
     assert bool(jnp.all(integrate(*args, observe).reached))
-    out = integrate(*args, observe, diverge_norm=100.0)  # e^{2t} passes 100 at t ≈ 2.3
+    out = integrate(*args, observe, solver={"diverge_norm": 100.0})  # e^{2t} > 100 at t ≈ 2.3
     assert out.reached.tolist() == [True] * 3 + [False] * 3
 
 
 def test_fixed_steps_bound_the_whole_run_by_max_steps():
-    out = solve(
-        growth, jnp.ones(2), None, ts=np.arange(5.0), adaptive=False, method="euler", max_steps=2
-    )
+    fixed = {"method": "euler", "adaptive": False, "max_steps": 2}
+    out = solve(growth, jnp.ones(2), None, setup(fixed, np.arange(5.0)))
     assert out.reached.tolist() == [True, True, True, False, False]
     assert out.max_steps_hit.tolist() == [False, False, False, True, True]
     assert np.allclose(out.ys[:3, 0], 2.0 ** np.arange(3))  # Euler, dt = 1: y ← 2y
@@ -73,3 +72,37 @@ def test_iterate_passes_the_step_index():
         lambda theta: theta[0],
     )
     assert seen.ys.tolist() == [0.0, 1.0, 6.0]  # θ after k steps: 0 + 1 + … + (k − 1)
+
+
+def test_setup_builds_the_diffrax_objects_from_the_solver_section():
+    """Adaptive SDE: a PID controller (clipped onto the schedule's kinks), a
+    VirtualBrownianTree of tolerance 1e-3·min(dt, t1 − t0) with the solver's Lévy area;
+    fixed steps: ConstantStepSize, an UnsafeBrownianPath and DirectAdjoint."""
+    import diffrax
+    import jax
+
+    from rankflow.numerics.solve import Setup
+
+    key, ts = jax.random.PRNGKey(0), np.arange(5.0)
+    section = {"method": "shark", "rtol": 1e-4, "atol": 1e-6, "pcoeff": 0.3, "dt": 0.5}
+    adaptive = setup(section, ts, key=key, jump_ts=[2.0], watched=lambda y: y)
+    assert isinstance(adaptive, Setup) and adaptive.adaptive and adaptive.dt0 is None
+    assert isinstance(adaptive.controller, diffrax.ClipStepSizeController)
+    assert adaptive.controller.controller.pcoeff == 0.3
+    assert adaptive.event is None  # no diverge_norm in the section
+    tree = adaptive.brownian((2,))
+    like = diffrax.VirtualBrownianTree(0.0, 4.0, tol=1e-3 * 0.5, shape=(2,), key=key)
+    assert isinstance(tree, diffrax.VirtualBrownianTree) and tree.tol == like.tol
+    assert tree.levy_area is diffrax.SpaceTimeLevyArea
+    assert isinstance(adaptive.adjoint, diffrax.RecursiveCheckpointAdjoint)
+    fixed = setup({**section, "adaptive": False, "diverge_norm": 1.0}, ts, key=key)
+    assert fixed.dt0 == 0.5 and isinstance(fixed.controller, diffrax.ConstantStepSize)
+    assert fixed.event is None  # fixed steps show a blow-up at the saves
+    assert isinstance(fixed.brownian((2,)), diffrax.UnsafeBrownianPath)
+    assert isinstance(fixed.adjoint, diffrax.DirectAdjoint)
+    shared = setup({**section, "adaptive": False}, ts, key=key, brownian_tol=2**-8)
+    like = diffrax.VirtualBrownianTree(0.0, 4.0, tol=2**-8, shape=(2,), key=key)
+    assert shared.brownian((2,)).tol == like.tol
+    ode = setup({}, ts)
+    assert ode.brownian is None and isinstance(ode.solver, diffrax.Tsit5)
+    assert isinstance(ode.controller, diffrax.PIDController)

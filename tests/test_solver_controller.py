@@ -170,7 +170,7 @@ def test_the_attention_flow_takes_the_same_coefficients(spy):
     pid = {"pcoeff": 0.2, "icoeff": 0.4, "dcoeff": 0.0}
     out = integrate(
         loss, {"w": jnp.zeros(())}, 1.0, {"w": jnp.ones(3)}, {}, np.arange(3.0),
-        lambda params: params["w"][0], controller=pid,
+        lambda params: params["w"][0], solver=pid,
     )  # fmt: skip
     assert np.allclose(out.ys, np.exp(-np.arange(3.0)), rtol=1e-5)
     (seen,) = {(c.pcoeff, c.icoeff, c.dcoeff) for c in spy["controllers"]}

@@ -29,7 +29,8 @@ from typing import Any
 from ..config import fields as schema_lib
 from ..config.fields import BOOL, INT, LIST, NUM, STR, ConfigError, Field, choice, ge, gt, suggest
 from ..config.points import Points, validated
-from ..core.vocabulary import ADAPTIVE_METHODS, MAX_STEPS, schedule_error
+from ..core.vocabulary import MAX_STEPS, schedule_error
+from ..numerics import solve as solve_lib
 
 __all__ = [
     "ALL_KEYS",
@@ -66,7 +67,8 @@ TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression", "images"
 POOLINGS = ("cls", "mean")
 OPTIMIZERS = ("sgd", "momentum", "adamw")
 KINDS = OPTIMIZERS + ("gradient_flow",)
-METHODS = ADAPTIVE_METHODS
+# Gradient flow steps adaptively: the ODE solvers with an error estimate.
+METHODS = solve_lib.methods(solve_lib.solves_odes, solve_lib.has_error_estimate)
 DEFAULT_DECAY = ["qk", "vo", "mlp", "embed"]
 
 # Learning-rate multipliers per group and per attention factor (default 1).

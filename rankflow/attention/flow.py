@@ -1,5 +1,6 @@
 """Continuous time on the transformer: full-batch gradient flow, solved by
-:func:`rankflow.numerics.solve.solve`.
+:func:`rankflow.numerics.solve.solve` as
+:func:`rankflow.numerics.solve.setup` builds it from the ``[solver]`` section.
 
 The state is the whole parameter pytree; the field is THEORY.md's
 ``dθ/dt = −η(∇L(θ) + λ_g θ)`` with ``λ_g`` the leaf's group decay (0 for groups outside
@@ -18,12 +19,13 @@ a pair whose factors have c_A ≠ c_B no longer balances at a closed rate
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
 
 from ..numerics.schedules import Schedule, eta_at, kinks
-from ..numerics.solve import Saved, solve
+from ..numerics.solve import Saved, setup, solve
 
 __all__ = ["gradient_flow_field", "integrate"]
 
@@ -55,33 +57,24 @@ def integrate(
     ts: np.ndarray,
     observe: Callable,
     *,
-    method: str = "tsit5",
-    rtol: float = 1e-6,
-    atol: float = 1e-8,
-    controller: Mapping[str, float] | None = None,
-    max_steps: int = 100_000,
-    diverge_norm: float | None = None,
+    solver: Mapping[str, Any] | None = None,
     schedule: Schedule | None = None,
     lr_tree=None,
 ) -> Saved:
     """Solve the flow from ``params0`` on ``batch`` with an adaptive solver and return
     ``(observe(θ(t)) stacked over ts, reached, max_steps_hit)``; ``reached`` is False
-    at saves the solver did not get to: it ran out of steps, or (with ``diverge_norm``)
-    stopped where a parameter entry went beyond ``diverge_norm`` or non-finite.
-    ``schedule``: η(t); ``lr_tree``: per-leaf learning-rate multipliers (None: 1);
-    ``controller``: the PID step-size controller's coefficients (``pcoeff``, ...)."""
+    at saves the solver did not get to: it ran out of steps, or (with
+    ``solver["diverge_norm"]``) stopped where a parameter entry went beyond it or
+    non-finite. ``solver``: the ``[solver]`` section (``method``, ``rtol``, ``atol``, the
+    PID controller's ``pcoeff``, ...; :func:`rankflow.numerics.solve.setup`'s defaults
+    where left out); ``schedule``: η(t); ``lr_tree``: per-leaf learning-rate multipliers
+    (None: 1)."""
     args = (batch, eta, lam_tree) if lr_tree is None else (batch, eta, lam_tree, lr_tree)
+    adaptive = {**(solver or {}), "adaptive": True}
     return solve(
         gradient_flow_field(loss, schedule),
         params0,
         args,
-        ts=ts,
+        setup(adaptive, ts, jump_ts=kinks(schedule)),
         observe=observe,
-        method=method,
-        rtol=rtol,
-        atol=atol,
-        controller=controller,
-        max_steps=max_steps,
-        diverge_norm=diverge_norm,
-        jump_ts=tuple(kinks(schedule)),
     )

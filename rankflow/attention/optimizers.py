@@ -13,7 +13,9 @@ Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η)
 Learning-rate multipliers (``train.lr_<group>``, ``train.lr_<factor>`` for q, k, v, o):
 a leaf's step is ``θ ← θ − c·η_k(u + λ_g θ)`` with ``c`` its group's multiplier times its
 factor's (PyTorch's per-group lr: the decoupled decay is scaled too); traced, 1 by
-default. ``η_k = η(k)`` under a schedule (:mod:`rankflow.numerics.schedules`), else η.
+default. ``η_k = η(k)`` under a schedule, else η: the learning rate is a number or a
+schedule function of the step, as in optax (:func:`rankflow.numerics.schedules.learning_rate`
+into ``optax.scale_by_learning_rate``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import optax
 
-from ..numerics.schedules import Schedule, scale_by_lr
+from ..numerics.schedules import Schedule, learning_rate
 from .config import FACTORS, GROUPS
 
 __all__ = [
@@ -144,4 +146,5 @@ def make_optimizer(
     if all(k in hyper for k in lr_keys):
         lr = {u: hyper[f"lr_{u}"] for u in GROUPS + FACTORS}
         multipliers = [scale_per_leaf(per_leaf_lr(params, lr))]
-    return optax.chain(direction, *decays, *multipliers, scale_by_lr(hyper["eta"], schedule))
+    lr = optax.scale_by_learning_rate(learning_rate(hyper["eta"], schedule))
+    return optax.chain(direction, *decays, *multipliers, lr)

@@ -174,7 +174,6 @@ class Program:
 
         tr = pt["train"]
         if self.continuous:
-            s = pt["solver"]
             lam = {g: hyper[f"lam_{g}"] for g in config_lib.GROUPS}
             lam_tree = per_leaf_lam(params0, lam, self.decay)
             lr = {u: hyper[f"lr_{u}"] for u in config_lib.GROUPS + config_lib.FACTORS}
@@ -186,12 +185,7 @@ class Program:
                 full,
                 self.steps.astype(np.float64),
                 lambda params: observe(params, full),
-                method=s["method"],
-                rtol=s["rtol"],
-                atol=s["atol"],
-                controller={k: s[k] for k in ("pcoeff", "icoeff", "dcoeff")},
-                max_steps=s["max_steps"],
-                diverge_norm=s["diverge_norm"],
+                solver=pt["solver"],
                 schedule=self.schedule,
                 lr_tree=per_leaf_lr(params0, lr),
             )

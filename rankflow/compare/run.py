@@ -52,7 +52,7 @@ def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
     """``cfg`` with its flow in place of the optimizer (the same ``dynamics.noise``);
     solver keys the user did not set take the flow's defaults: fixed dt = 0.1 for the
     stochastic flow, by ShARK for parameter noise and by Euler–Maruyama, the one Itô
-    solver (``vocabulary.ITO_METHODS``), for gradient and minibatch noise."""
+    solver (``vocabulary.ito_methods()``), for gradient and minibatch noise."""
     flow = copy.deepcopy(cfg)
     kind = vocabulary.FLOW_OF[cfg["dynamics"]["kind"]]
     flow["dynamics"]["kind"] = kind
@@ -63,7 +63,7 @@ def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
     if kind in vocabulary.SDE_DYNAMICS:
         if "method" not in solver_set:
             multiplicative = vocabulary.multiplicative_noise(flow["dynamics"])
-            solver["method"] = vocabulary.ITO_METHODS[0] if multiplicative else "shark"
+            solver["method"] = vocabulary.ito_methods()[0] if multiplicative else "shark"
         if "dt" not in solver_set:
             solver["dt"] = 0.1
     return config_lib.resolve(flow)

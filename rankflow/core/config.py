@@ -49,23 +49,24 @@ from .vocabulary import (
     DISCRETE_DYNAMICS,
     DYNAMICS_KINDS,
     INIT_KINDS,
-    ITO_METHODS,
     MAX_STEPS,
     METHODS,
     MOMENTUM_DYNAMICS,
     NOISE_MODELS,
     NOISE_MODELS_OF,
-    ODE_METHODS,
     PROBLEM_KINDS,
     SDE_DYNAMICS,
-    SDE_METHODS,
     SIGMA_DYNAMICS,
     STOCHASTIC_DYNAMICS,
+    adaptive_by_default_methods,
     adaptive_methods,
+    ito_methods,
     multiplicative_noise,
     noise_model,
+    ode_methods,
     save_times,
     schedule_error,
+    sde_methods,
     singular_values,
     solver_adaptive,
     solver_method,
@@ -170,8 +171,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "adaptive": Field(
             BOOL,
             None,
-            "adaptive step size (default: yes for embedded "
-            "methods tsit5/dopri5/dopri8/bosh3, no otherwise)",
+            "adaptive step size (default: yes for ODE solvers with an error estimate of "
+            f"order ≥ 3, {'/'.join(adaptive_by_default_methods())}; no otherwise)",
             optional=True,
         ),
         "dt": Field(
@@ -332,31 +333,36 @@ def _validate_noise(d: Mapping[str, Any]) -> None:
 
 
 def _validate_solver(d: Mapping[str, Any], s: Mapping[str, Any]) -> None:
+    """The solver fits the dynamics, as diffrax's types say (:mod:`.vocabulary`'s
+    ``*_methods``): an SDE or ODE solver, Itô for multiplicative noise, an error estimate
+    for adaptive steps."""
     kind = d["kind"]
     if kind not in CONTINUOUS_DYNAMICS:
         return
     sde = kind in SDE_DYNAMICS
     method = solver_method(d, s)
-    if multiplicative_noise(d) and method not in ITO_METHODS:
-        raise ConfigError(
-            f"solver.method: noise = {noise_model(d)!r} is multiplicative and {method!r} "
-            f"does not converge to its Itô solution (Heun and midpoint converge to the "
-            f"Stratonovich one; SEA, ShARK and SRA1 need additive noise); use one of "
-            f"{', '.join(ITO_METHODS)}"
-        )
-    if multiplicative_noise(d) and s["adaptive"]:
-        raise ConfigError(
-            f"solver.adaptive: must be false with noise = {noise_model(d)!r}: its Itô "
-            f"solver ({', '.join(ITO_METHODS)}) has no error estimate; set solver.dt"
-        )
-    allowed = SDE_METHODS if sde else ODE_METHODS
+    can_adapt = adaptive_methods(d)
+    if multiplicative_noise(d):
+        ito = ito_methods()
+        if method not in ito:
+            raise ConfigError(
+                f"solver.method: noise = {noise_model(d)!r} is multiplicative and {method!r} "
+                f"does not converge to its Itô solution (Heun and midpoint converge to the "
+                f"Stratonovich one; SEA, ShARK and SRA1 need additive noise); use one of "
+                f"{', '.join(ito)}"
+            )
+        if s["adaptive"] and not can_adapt:
+            raise ConfigError(
+                f"solver.adaptive: must be false with noise = {noise_model(d)!r}: its Itô "
+                f"solver ({', '.join(ito)}) has no error estimate; set solver.dt"
+            )
+    allowed = sde_methods() if sde else ode_methods()
     if method not in allowed:
         what = "an SDE" if sde else "an ODE"
         raise ConfigError(
             f"solver.method: {kind} is {what}; {method!r} is not a solver for it, "
             f"use one of {', '.join(allowed)}"
         )
-    can_adapt = adaptive_methods(d)
     if s["adaptive"] and method not in can_adapt:
         raise ConfigError(
             f"solver.adaptive: {method} has no error estimate here; adaptive "

@@ -5,11 +5,11 @@ fields rankflow integrates (THEORY.md T9, T10; issue #15's solver rules).
 Every path of a run is solved at each ``dt`` and at a finer reference ``dt_ref`` from
 the same data, start and noise key as :class:`rankflow.core.program.Program` uses for it
 (``Program.start``), with one ``VirtualBrownianTree`` per path shared by every ``dt``
-(``flows.solve(..., brownian_tol=...)``). Its tolerance is ``dt_ref / 8``: the tree
-bisects ``[0, t1]`` down to nodes ``t1·2^{-k}`` finer than every step, so when the
-steps are dyadic fractions of ``t1`` every step end is a node and every increment is
-an exact draw from the one path (no interpolation inside the tree's last level),
-whatever ``dt``; the extra levels cost only a logarithmic factor per step.
+(:func:`rankflow.numerics.solve.setup`'s ``brownian_tol``). Its tolerance is
+``dt_ref / 8``: the tree bisects ``[0, t1]`` down to nodes ``t1·2^{-k}`` finer than every
+step, so when the steps are dyadic fractions of ``t1`` every step end is a node and every
+increment is an exact draw from the one path (no interpolation inside the tree's last
+level), whatever ``dt``; the extra levels cost only a logarithmic factor per step.
 
 Strong error: ``E‖θ_dt(T) − θ_ref(T)‖_F`` (and the same for D = AᵀA − BᵀB); weak error:
 ``E[f(θ_dt(T))] − E[f(θ_ref(T))]`` (or minus an exact value), both as means over paths,
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..numerics.solve import solve
+from ..numerics.solve import setup, solve
 from . import vocabulary
 from .fields import factors_of, initial_state
 from .program import PARAM_KEYS, params_of, program_for
@@ -88,20 +88,14 @@ def _compiled(key: str, dt: float, method: str, tol: float, n_steps: int, point_
 
     def one(p):
         data, theta0, hyper, key = program.start(p)
-        noise = program.noise(theta0)
+        fixed = {"method": method, "adaptive": False, "dt": dt, "max_steps": n_steps + 1}
+        how = setup(fixed, program.ts, key=key, brownian_tol=tol)
         saved = solve(
-            field,
+            how.terms(field, program.noise(theta0)),
             initial_state(kind, theta0),
             (data, hyper),
-            ts=program.ts,
+            how,
             observe=functools.partial(observe, data),
-            method=method,
-            adaptive=False,
-            dt=dt,
-            max_steps=n_steps + 1,
-            noise=noise,
-            key=key,
-            brownian_tol=tol,
         )
         return saved.ys
 
@@ -134,7 +128,8 @@ def solve_paths(
     on the Brownian tree of tolerance ``brownian_tol``: ``A`` (paths, saves, m, r), ``B``
     (paths, saves, n, r), ``loss`` (paths, saves), ``D`` (paths, saves, r, r) at the
     point's save times ``ts``. ``method`` overrides ``solver.method`` (it goes to
-    :func:`rankflow.numerics.solve.solve` unchecked: the config layer's refusals do not apply)."""
+    :func:`rankflow.numerics.solve.setup` unchecked: the config layer's refusals do not
+    apply)."""
     program = program_for(point, save="states")
     method = method or point["solver"]["method"]
     n_steps = int(np.ceil(np.round(program.ts[-1] / dt, 9)))

@@ -2,7 +2,8 @@
 :func:`iterate`, the one loop that runs an optimizer and saves observations.
 
 Built inside the traced program, so learning rate, weight decay, σ and μ are traced
-values (one compilation serves a whole sweep of them). Note that
+values (one compilation serves a whole sweep of them). A learning rate is a number or a
+schedule function of the step, as in optax (``optax.scale_by_learning_rate``). Note that
 ``optax.sgd(momentum=β)`` uses ``M ← βM + g`` (effective step η/(1−β)); the momentum
 here is the EMA of THEORY.md, ``M ← (1−μ)M + μg``.
 """
@@ -18,7 +19,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..numerics.schedules import Schedule, lr_at, scale_by_lr
+from ..numerics.schedules import Schedule, learning_rate
 from ..numerics.solve import Saved
 
 __all__ = [
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 Scalar = Float[Array, ""]
+# A learning rate as optax takes it: a number, or a function of the step count k ↦ η_k
+# (rankflow.numerics.schedules.learning_rate).
+LearningRate = Scalar | float | Callable[[Array], Scalar]
 
 
 class GaussianNoiseState(NamedTuple):
@@ -61,43 +65,41 @@ def add_gaussian_noise(sigma: Scalar, key: PRNGKeyArray) -> optax.GradientTransf
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def gd(eta: Scalar, lam: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
+def gd(learning_rate: LearningRate, lam: Scalar) -> optax.GradientTransformation:
     """GD: ``θ ← θ − η_k(∇L + λθ)``, the explicit Euler step (dt = 1) of GF. Also SGD
-    with minibatch gradients (``dynamics.kind = "sgd"``). ``η_k = η`` unless scheduled."""
-    return optax.chain(optax.add_decayed_weights(lam), scale_by_lr(eta, schedule))
+    with minibatch gradients (``dynamics.kind = "sgd"``)."""
+    return optax.chain(optax.add_decayed_weights(lam), optax.scale_by_learning_rate(learning_rate))
 
 
 def sgd_gaussian(
-    eta: Scalar, lam: Scalar, sigma: Scalar, key: PRNGKeyArray, schedule: Schedule | None = None
-):
+    learning_rate: LearningRate, lam: Scalar, sigma: Scalar, key: PRNGKeyArray
+) -> optax.GradientTransformation:
     """SGD with Gaussian noise: ``θ ← θ − η_k(∇L + ξ + λθ)``, ``ξ ~ N(0, σ²I)``: the
     Euler–Maruyama step (dt = 1) of SGF."""
     return optax.chain(
         add_gaussian_noise(sigma, key),
         optax.add_decayed_weights(lam),
-        scale_by_lr(eta, schedule),
+        optax.scale_by_learning_rate(learning_rate),
     )
 
 
-def momentum(
-    eta: Scalar, lam: Scalar, mu: Scalar, schedule: Schedule | None = None
-) -> optax.GradientTransformation:
+def momentum(learning_rate: LearningRate, lam: Scalar, mu: Scalar) -> optax.GradientTransformation:
     """Momentum, decoupled decay: ``M ← (1−μ)M + μg``; ``θ ← θ − η_k(M + λθ)``."""
     return optax.chain(
         optax.ema(1.0 - mu, debias=False),
         optax.add_decayed_weights(lam),
-        scale_by_lr(eta, schedule),
+        optax.scale_by_learning_rate(learning_rate),
     )
 
 
 def momentum_coupled(
-    eta: Scalar, lam: Scalar, mu: Scalar, schedule: Schedule | None = None
+    learning_rate: LearningRate, lam: Scalar, mu: Scalar
 ) -> optax.GradientTransformation:
     """Momentum, coupled (L2 in the loss): ``M ← (1−μ)M + μ(g + λθ)``; ``θ ← θ − η_k M``."""
     return optax.chain(
         optax.add_decayed_weights(lam),
         optax.ema(1.0 - mu, debias=False),
-        scale_by_lr(eta, schedule),
+        optax.scale_by_learning_rate(learning_rate),
     )
 
 
@@ -106,17 +108,19 @@ def make_optimizer(
 ) -> optax.GradientTransformation:
     """The optimizer of ``dynamics.kind`` with traced hyperparameters ``hyper``
     (``eta``, ``lam``, ``sigma``, ``mu``), noise key ``key`` and learning-rate
-    ``schedule`` (the step from k to k + 1 uses η(k); constant by default)."""
-    eta, lam, sigma, mu = hyper["eta"], hyper["lam"], hyper["sigma"], hyper["mu"]
+    ``schedule`` (the step from k to k + 1 uses η(k); constant by default): its learning
+    rate is :func:`rankflow.numerics.schedules.learning_rate` of ``eta`` and ``schedule``,
+    a number or a function of the step, as in optax."""
+    lr = learning_rate(hyper["eta"], schedule)
+    lam, sigma, mu = hyper["lam"], hyper["sigma"], hyper["mu"]
     if kind in ("gd", "sgd"):
-        return gd(eta, lam, schedule)
+        return gd(lr, lam)
     if kind == "sgd_gaussian":
-        return sgd_gaussian(eta, lam, sigma, key, schedule)
+        return sgd_gaussian(lr, lam, sigma, key)
     if kind == "momentum":
-        return momentum(eta, lam, mu, schedule)
+        return momentum(lr, lam, mu)
     if kind == "momentum_coupled":
-        return momentum_coupled(eta, lam, mu, schedule)
-    lr = eta if schedule is None or schedule.constant else (lambda k: lr_at(k, eta, schedule))
+        return momentum_coupled(lr, lam, mu)
     if kind == "adamw":
         return optax.adamw(learning_rate=lr, weight_decay=lam)
     if kind == "adam_l2":

@@ -21,15 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..config.fields import PID_DEFAULTS, traced_in
+from ..config.fields import traced_in
 from ..engine import programs
 from ..engine.plan import pad_runs
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
 from ..numerics import batching
+from ..numerics import solve as solve_lib
 from ..numerics.batching import per_device, shard
 from ..numerics.schedules import kinks, schedule_columns, schedule_of, unit_clock
-from ..numerics.solve import max_abs, solve
+from ..numerics.solve import max_abs
 from . import config as config_lib
 from . import vocabulary
 from .factors import depth_observable_names, depth_observables, init_depth_factors, inner_widths
@@ -231,8 +232,9 @@ class Program:
         return drift_field(self.kind, self.problem, self.schedule)
 
     def noise(self, theta0):
-        """The SDE's diffusion term as :func:`rankflow.numerics.solve.solve` takes it (a function of
-        ``brownian_for``): its noise model, problem, batch and schedule, from θ(0)."""
+        """The SDE's diffusion as :meth:`rankflow.numerics.solve.Setup.terms` takes it (a
+        function of the Brownian path's factory): its noise model, problem, batch and
+        schedule, from θ(0)."""
         return functools.partial(
             noise_term,
             self.kind,
@@ -245,28 +247,23 @@ class Program:
 
     def _integrate(self, theta0, data, hyper, noise_key):
         """The flow of ``dynamics.kind`` from θ(0) = ``theta0``, solved as ``[solver]``
-        says, with its Brownian motion from ``noise_key`` (SDEs): the observables at
-        the saves (:func:`rankflow.numerics.solve.solve`)."""
-        s, kind = self.point["solver"], self.kind
-        noise = self.noise(theta0) if kind in vocabulary.SDE_DYNAMICS else None
-        return solve(
-            self.drift(),
+        says (:func:`rankflow.numerics.solve.setup`), with its Brownian motion from
+        ``noise_key`` (SDEs): the observables at the saves."""
+        kind = self.kind
+        sde = kind in vocabulary.SDE_DYNAMICS
+        setup = solve_lib.setup(
+            self.point["solver"],
+            self.ts,
+            key=noise_key if sde else None,
+            watched=functools.partial(factors_of, kind),
+            jump_ts=kinks(self.schedule),
+        )
+        return solve_lib.solve(
+            setup.terms(self.drift(), self.noise(theta0) if sde else None),
             initial_state(kind, theta0),
             (data, hyper),
-            ts=self.ts,
+            setup,
             observe=lambda y: self._observe(y, data, hyper),
-            method=s["method"],
-            adaptive=s["adaptive"],
-            dt=s["dt"],
-            rtol=s["rtol"],
-            atol=s["atol"],
-            controller={k: s[k] for k in PID_DEFAULTS},
-            max_steps=s["max_steps"],
-            noise=noise,
-            key=noise_key,
-            diverge_norm=s["diverge_norm"],
-            watched=functools.partial(factors_of, kind),
-            jump_ts=tuple(kinks(self.schedule)),
         )
 
     def _optimizer(self, kind: str, hyper, key):

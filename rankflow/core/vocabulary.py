@@ -1,11 +1,17 @@
 """The core family's vocabulary: the kinds of problem, initialisation and dynamics, the
 solvers and noise models each dynamics takes, and the values a point derives from its
-given ones (pure functions; :mod:`rankflow.core.config` validates and writes them in)."""
+given ones (pure functions; :mod:`rankflow.core.config` validates and writes them in).
+
+Which solvers a dynamics takes is read from diffrax's types
+(:mod:`rankflow.numerics.solve`'s capabilities of the solvers in its ``SOLVERS``), not
+from lists of names."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from ..numerics import solve as solve_lib
 
 # --- the vocabulary -------------------------------------------------------------------
 
@@ -45,10 +51,6 @@ NOISE_MODELS_OF = {
     "sgd_gaussian": ("parameter", "gradient"),
     "sgd": ("minibatch",),
 }
-# Multiplicative noise (gradient, minibatch): only Euler–Maruyama converges to the Itô
-# solution among the SDE solvers here (Heun and the midpoint rule converge to the
-# Stratonovich one; SEA, ShARK and SRA1 assume additive noise).
-ITO_METHODS = ("euler",)
 MOMENTUM_DYNAMICS = (
     "momentum_flow",
     "momentum_flow_coupled",
@@ -65,15 +67,8 @@ FLOW_OF = {
     "momentum": "momentum_flow",
     "momentum_coupled": "momentum_flow_coupled",
 }
-ADAPTIVE_METHODS = ("tsit5", "dopri5", "dopri8", "bosh3")
-FIXED_METHODS = ("euler", "heun", "midpoint", "ralston", "rk4")
-ODE_METHODS = ADAPTIVE_METHODS + FIXED_METHODS
-# Solvers for the additive-noise SDEs: Euler–Maruyama, Heun, and the stochastic
-# Runge–Kutta methods that use space-time Lévy area (SEA: strong order 1; ShARK, SRA1:
-# strong order 1.5 for additive noise). ShARK, SRA1 and Heun can also step adaptively.
-SDE_METHODS = ("euler", "heun", "sea", "shark", "sra1")
-SDE_ADAPTIVE_METHODS = ("heun", "shark", "sra1")
-METHODS = tuple(dict.fromkeys(ODE_METHODS + SDE_METHODS))
+# Every solver's config name (solver.method): the keys of rankflow.numerics.solve.SOLVERS.
+METHODS = tuple(solve_lib.SOLVERS)
 
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
 # Steps of discrete dynamics are counted in int32 by the compiled loop.
@@ -104,8 +99,48 @@ def noise_model(dynamics: Mapping[str, Any]) -> str | None:
 
 def multiplicative_noise(dynamics: Mapping[str, Any]) -> bool:
     """Whether an SDE's noise depends on the state (gradient and minibatch noise), so
-    that Itô and Stratonovich solutions differ and only ITO_METHODS apply."""
+    that Itô and Stratonovich solutions differ and only :func:`ito_methods` apply."""
     return dynamics["kind"] in SDE_DYNAMICS and noise_model(dynamics) != "parameter"
+
+
+# --- the solvers, by what diffrax says they can do -----------------------------------------
+
+
+def ode_methods() -> tuple[str, ...]:
+    """The solvers of ODEs (one term; every solver but the stochastic Runge–Kutta ones)."""
+    return solve_lib.methods(solve_lib.solves_odes)
+
+
+def sde_methods() -> tuple[str, ...]:
+    """The solvers of SDEs: those diffrax marks as converging to the Itô or the
+    Stratonovich solution (the two agree for the additive noise of ``parameter``)."""
+    return solve_lib.methods(solve_lib.solves_sdes)
+
+
+def ito_methods() -> tuple[str, ...]:
+    """The solvers that converge to the Itô solution (Euler–Maruyama), the only ones for
+    multiplicative noise: Heun, midpoint and Ralston converge to the Stratonovich one;
+    SEA, ShARK and SRA1 assume additive noise."""
+    return solve_lib.methods(solve_lib.is_ito)
+
+
+def solver_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The solvers of these continuous dynamics: SDE solvers for SDEs (Itô ones for
+    multiplicative noise), ODE solvers otherwise."""
+    if dynamics["kind"] not in SDE_DYNAMICS:
+        return ode_methods()
+    return ito_methods() if multiplicative_noise(dynamics) else sde_methods()
+
+
+def adaptive_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
+    """The solvers that can step adaptively for these (continuous) dynamics: those of
+    :func:`solver_methods` with an error estimate."""
+    return tuple(m for m in solver_methods(dynamics) if solve_lib.has_error_estimate(m))
+
+
+def adaptive_by_default_methods() -> tuple[str, ...]:
+    """The ODE solvers that step adaptively unless told otherwise (:func:`solver_adaptive`)."""
+    return solve_lib.methods(solve_lib.adaptive_by_default)
 
 
 def solver_method(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> str | None:
@@ -121,20 +156,15 @@ def solver_method(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> str
     return "shark" if dynamics["kind"] in SDE_DYNAMICS else "tsit5"
 
 
-def adaptive_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
-    """The solvers that can step adaptively for these (continuous) dynamics."""
-    return SDE_ADAPTIVE_METHODS if dynamics["kind"] in SDE_DYNAMICS else ADAPTIVE_METHODS
-
-
 def solver_adaptive(dynamics: Mapping[str, Any], solver: Mapping[str, Any]) -> bool:
-    """Whether the solve steps adaptively: given, or by default for the embedded ODE
-    methods (tsit5, dopri5, dopri8, bosh3); never for discrete dynamics by default."""
+    """Whether the solve steps adaptively: given, or by default for ODEs whose solver has
+    an error estimate of order ≥ 3 (:func:`rankflow.numerics.solve.adaptive_by_default`:
+    tsit5, dopri5, dopri8, bosh3); never for SDEs or discrete dynamics by default."""
     if solver["adaptive"] is not None:
         return solver["adaptive"]
-    if dynamics["kind"] not in CONTINUOUS_DYNAMICS:
+    if dynamics["kind"] not in CONTINUOUS_DYNAMICS or dynamics["kind"] in SDE_DYNAMICS:
         return False
-    sde = dynamics["kind"] in SDE_DYNAMICS
-    return solver_method(dynamics, solver) in adaptive_methods(dynamics) and not sde
+    return solve_lib.adaptive_by_default(solver_method(dynamics, solver))
 
 
 def save_times(cfg: Mapping[str, Any]) -> list[float]:

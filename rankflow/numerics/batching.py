@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .solve import Saved, solve
+from .solve import PID_FIELDS, Saved, setup, solve
 
 __all__ = [
     "Choice",
@@ -111,21 +111,19 @@ def stacked_ode(
 ) -> Saved:
     """Solve the ODEs ``dy/dt = field(t, y, args)`` of a batch of runs (``y0`` and
     ``args`` with the run axis first) as one stacked system with one step-size
-    controller whose error norm is :func:`member_max_norm`; saves the stacked state at
-    ``ts`` (default: ``t1`` only) as ``.ys``. Raises if the solve fails."""
+    controller whose error norm is :func:`member_max_norm` (``controller_kwargs``: more
+    ``diffrax.PIDController`` options); saves the stacked state at ``ts`` (default:
+    ``t1`` only) as ``.ys``. Raises if the solve fails."""
+    unknown = set(controller_kwargs) - PID_FIELDS
+    if unknown:
+        raise TypeError(f"not PIDController options: {', '.join(sorted(unknown))}")
+    section = {"method": solver, "rtol": rtol, "atol": atol, "max_steps": max_steps}
+    section |= {"norm": member_max_norm, **controller_kwargs}
     return solve(
         jax.vmap(field, in_axes=(None, 0, 0)),
         y0,
         args,
-        ts=ts,
-        t0=t0,
-        t1=t1,
-        method=solver,
-        rtol=rtol,
-        atol=atol,
-        max_steps=max_steps,
-        controller={"norm": member_max_norm, **controller_kwargs},
-        throw=True,
+        setup(section, ts, t0=t0, t1=t1, throw=True),
     )
 
 

@@ -23,11 +23,10 @@ and tested against optax at concrete values.)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
-import optax
 from jaxtyping import Array, Float
 
 from ..config.fields import SCHEDULES
@@ -40,11 +39,10 @@ __all__ = [
     "eta_at",
     "eta_integral",
     "kinks",
-    "lr_at",
+    "learning_rate",
     "schedule_columns",
     "schedule_factor",
     "schedule_integral",
-    "scale_by_lr",
     "schedule_of",
     "unit_clock",
 ]
@@ -191,14 +189,13 @@ def unit_clock(t, sch: Schedule | None, discrete: bool):
     return np.concatenate([[0.0], np.cumsum(steps)])[np.rint(t).astype(np.int64)]
 
 
-def scale_by_lr(eta: Scalar, schedule: Schedule | None = None) -> optax.GradientTransformation:
-    """``u ← −η_k u``: ``optax.scale(−η)`` for a constant schedule; otherwise
-    ``η_k = η(k)`` of ``schedule`` at optax's step count k (0 at the first step)."""
+def learning_rate(
+    eta: Scalar, schedule: Schedule | None = None
+) -> Scalar | Callable[[Array], Scalar]:
+    """The learning rate as optax takes it (``learning_rate`` of its optimizers and of
+    ``optax.scale_by_learning_rate``): ``eta`` itself for a constant schedule (or None),
+    else the schedule function ``k ↦ η(k)`` of optax's step count k (0 at the first step),
+    in η's dtype. Built once from the traced peak η and the static shape ``schedule``."""
     if schedule is None or schedule.constant:
-        return optax.scale(-eta)
-    return optax.scale_by_schedule(lambda k: -lr_at(k, eta, schedule))
-
-
-def lr_at(k, eta: Scalar, schedule: Schedule | None):
-    """η(k) at a step count ``k`` (an integer array), in η's dtype."""
-    return eta_at(jnp.asarray(k, jnp.result_type(eta)), eta, schedule)
+        return eta
+    return lambda k: eta_at(jnp.asarray(k, jnp.result_type(eta)), eta, schedule)

@@ -1,11 +1,23 @@
-"""The one diffrax set-up of rankflow: :func:`solve` builds the terms, Brownian path,
-adjoint, step-size controller, blow-up event and saves for every continuous run of both
-families, and solves fixed steps save interval by save interval.
+"""The one diffrax set-up of rankflow, in diffrax's own objects.
+
+:func:`setup` turns a point's ``[solver]`` section (and the run's times, Brownian key and
+blow-up watch) into a :class:`Setup`: the solver, step-size controller, save times,
+adjoint, Brownian path, divergence event, first step and step budget that
+``diffrax.diffeqsolve`` takes. :func:`solve` runs it for every continuous run of both
+families (fixed steps save interval by save interval).
+
+What a solver can do is read from diffrax's types, never from lists of names:
+:func:`is_ito` (``AbstractItoSolver``), :func:`solves_sdes` (Itô or Stratonovich),
+:func:`solves_odes` (one term), :func:`has_error_estimate` (an embedded error estimate),
+:func:`levy_area` (``minimal_levy_area``). :data:`SOLVERS`, config name → solver class, is
+the one list of names; the config's allowed values are :func:`methods` of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import diffrax
@@ -14,7 +26,23 @@ import jax.numpy as jnp
 import numpy as np
 from diffrax import AbstractERK, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
-__all__ = ["NEEDS_LEVY_AREA", "RK4", "Saved", "make_solver", "max_abs", "solve"]
+__all__ = [
+    "RK4",
+    "SOLVERS",
+    "Saved",
+    "Setup",
+    "adaptive_by_default",
+    "has_error_estimate",
+    "is_ito",
+    "levy_area",
+    "make_solver",
+    "max_abs",
+    "methods",
+    "setup",
+    "solve",
+    "solves_odes",
+    "solves_sdes",
+]
 
 
 _rk4_tableau = ButcherTableau(
@@ -36,7 +64,8 @@ class RK4(AbstractERK):
         return 4
 
 
-_SOLVERS = {
+# The solvers by their config name (``solver.method``): the one list of solver names.
+SOLVERS: dict[str, type[diffrax.AbstractSolver]] = {
     "tsit5": diffrax.Tsit5,
     "dopri5": diffrax.Dopri5,
     "dopri8": diffrax.Dopri8,
@@ -51,13 +80,91 @@ _SOLVERS = {
     "sra1": diffrax.SRA1,
 }
 
-# Solvers that need space-time Lévy area from the Brownian path.
-NEEDS_LEVY_AREA = ("sea", "shark", "sra1")
+Solver = str | diffrax.AbstractSolver
 
 
-def make_solver(method: str) -> diffrax.AbstractSolver:
-    """A diffrax solver by its config name (``solver.method``)."""
-    return _SOLVERS[method]()
+def make_solver(method: Solver) -> diffrax.AbstractSolver:
+    """A diffrax solver by its config name (``solver.method``); a solver as it is."""
+    return SOLVERS[method]() if isinstance(method, str) else method
+
+
+# --- what a solver can do, from diffrax's types ------------------------------------------
+
+
+def is_ito(method: Solver) -> bool:
+    """Whether the solver converges to the Itô solution of an SDE (``AbstractItoSolver``:
+    Euler–Maruyama), as multiplicative noise needs."""
+    return isinstance(make_solver(method), diffrax.AbstractItoSolver)
+
+
+def solves_sdes(method: Solver) -> bool:
+    """Whether the solver solves SDEs: diffrax says which solution it converges to (Itô
+    or Stratonovich; the two agree for additive noise)."""
+    solver = make_solver(method)
+    return isinstance(solver, (diffrax.AbstractItoSolver, diffrax.AbstractStratonovichSolver))
+
+
+def solves_odes(method: Solver) -> bool:
+    """Whether the solver takes an ODE's single term (stochastic Runge–Kutta methods take
+    a drift and a diffusion together: a ``MultiTerm``)."""
+    structure = make_solver(method).term_structure
+    return isinstance(structure, type) and issubclass(structure, diffrax.AbstractTerm)
+
+
+def has_error_estimate(method: Solver) -> bool:
+    """Whether the solver estimates its local error, so that an adaptive step-size
+    controller can drive it: its tableau's embedded ``b_error`` is given and non-zero (the
+    Runge–Kutta and stochastic Runge–Kutta tableaus; :class:`RK4`'s is zero), or, for a
+    solver without a tableau, it is an ``AbstractAdaptiveSolver``."""
+    solver = make_solver(method)
+    tableau = getattr(solver, "tableau", None)
+    if tableau is None:
+        return isinstance(solver, diffrax.AbstractAdaptiveSolver)
+    b_error = getattr(tableau, "b_error", None)
+    return b_error is not None and any(np.any(np.asarray(b) != 0) for b in jax.tree.leaves(b_error))
+
+
+# Adaptive steps by default for ODE solvers whose error estimate comes from a pair of at
+# least this order (tsit5, dopri5, dopri8, bosh3); the second-order pairs (heun, midpoint,
+# ralston: a first-order estimate) step a fixed dt unless asked.
+ADAPTIVE_DEFAULT_ORDER = 3
+
+
+def adaptive_by_default(method: Solver) -> bool:
+    """Whether an ODE solve with this solver steps adaptively unless told otherwise: an
+    ODE solver with an error estimate of order ≥ :data:`ADAPTIVE_DEFAULT_ORDER`."""
+    solver = make_solver(method)
+    if not (solves_odes(solver) and has_error_estimate(solver)):
+        return False
+    return (solver.order(diffrax.ODETerm(_identity)) or 0) >= ADAPTIVE_DEFAULT_ORDER
+
+
+def levy_area(method: Solver) -> type[diffrax.AbstractBrownianIncrement]:
+    """The Brownian increment the solver needs from its path (its ``minimal_levy_area``):
+    space-time Lévy area for SEA, ShARK and SRA1, the increment alone otherwise."""
+    need = getattr(make_solver(method), "minimal_levy_area", diffrax.AbstractBrownianIncrement)
+    for increment in (
+        diffrax.BrownianIncrement,
+        diffrax.SpaceTimeLevyArea,
+        diffrax.SpaceTimeTimeLevyArea,
+    ):
+        if issubclass(increment, need):
+            return increment
+    raise ValueError(f"no Brownian increment provides {need.__name__}")
+
+
+def methods(*capabilities: Callable[[Solver], bool]) -> tuple[str, ...]:
+    """The names in :data:`SOLVERS` (in its order) whose solver has every one of
+    ``capabilities`` (functions of a solver, as :func:`is_ito`)."""
+    return tuple(name for name in SOLVERS if all(can(name) for can in capabilities))
+
+
+def _identity(t, y, args):
+    del t, args
+    return y
+
+
+# --- the set-up --------------------------------------------------------------------------
 
 
 class Saved(NamedTuple):
@@ -75,128 +182,187 @@ def max_abs(tree) -> jax.Array:
     return jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(tree)]))
 
 
-def solve(
-    field: Callable,
-    y0,
-    args,
-    *,
+@dataclass(frozen=True, eq=False)
+class Setup:
+    """The diffrax objects of one solve, as :func:`setup` builds them; :func:`solve` hands
+    them to ``diffrax.diffeqsolve``."""
+
+    solver: diffrax.AbstractSolver
+    t0: float
+    t1: float
+    ts: np.ndarray | None  # save times (static, increasing); None: t1 only
+    dt0: float | None  # the fixed step; None: adaptive (the controller picks the first)
+    controller: diffrax.AbstractStepSizeController
+    adjoint: diffrax.AbstractAdjoint
+    # shape → the Brownian path of an SDE's diffusion; None for an ODE.
+    brownian: Callable[[tuple[int, ...]], diffrax.AbstractBrownianPath] | None
+    event: diffrax.Event | None  # stops an adaptive solve at a blow-up
+    max_steps: int  # bounds the steps of the whole run
+    throw: bool = False
+
+    @property
+    def adaptive(self) -> bool:
+        return self.dt0 is None
+
+    def terms(self, drift: Callable, diffusion: Callable | None = None) -> diffrax.AbstractTerm:
+        """The terms of ``dy = drift(t, y, args) dt [+ diffusion]``: ``diffusion`` is a
+        function of the Brownian path's factory (``brownian(shape)``) returning the
+        diffusion term, as :func:`rankflow.core.fields.noise_term` makes it."""
+        ode = diffrax.ODETerm(drift)
+        if diffusion is None:
+            return ode
+        if self.brownian is None:
+            raise ValueError("an SDE's set-up needs the Brownian motion's key")
+        return diffrax.MultiTerm(ode, diffusion(self.brownian))
+
+
+# The [solver] keys setup reads, and their values where a section leaves them out.
+SECTION_DEFAULTS: dict[str, Any] = {
+    "method": "tsit5",
+    "adaptive": True,
+    "dt": 1.0,
+    "rtol": 1e-6,
+    "atol": 1e-8,
+    "max_steps": 100_000,
+    "diverge_norm": None,
+}
+# Section keys named like diffrax's PID controller's fields (rtol, atol, pcoeff, icoeff,
+# dcoeff, norm, …) go to it.
+PID_FIELDS = frozenset(f.name for f in dataclasses.fields(diffrax.PIDController))
+
+
+def setup(
+    solver: Mapping[str, Any],
     ts: np.ndarray | None = None,
-    observe: Callable | None = None,
-    method: str | diffrax.AbstractSolver = "tsit5",
-    adaptive: bool = True,
-    dt: float = 1.0,
-    rtol: float = 1e-6,
-    atol: float = 1e-8,
-    max_steps: int = 100_000,
+    *,
     t0: float = 0.0,
     t1: float | None = None,
-    noise: Callable | None = None,
-    key=None,
-    diverge_norm: float | None = None,
+    key: jax.Array | None = None,
     watched: Callable | None = None,
-    controller: Mapping[str, Any] | None = None,
-    throw: bool = False,
+    jump_ts: Sequence[float] = (),
     brownian_tol: float | None = None,
-    jump_ts: tuple[float, ...] = (),
-) -> Saved:
-    """Solve ``dy = field(t, y, args) dt [+ noise]`` from ``y(t0) = y0`` and save
-    ``observe(y)`` (default: ``y``) at the times ``ts`` (a static increasing array; default:
-    ``t1`` only, ``t1`` defaulting to ``ts[-1]``).
+    throw: bool = False,
+) -> Setup:
+    """The diffrax objects of a solve from ``t0`` to ``t1`` (default: ``ts[-1]``) saving
+    at ``ts`` (static, increasing; default: ``t1`` only), as the ``[solver]`` section
+    ``solver`` says (keys :data:`SECTION_DEFAULTS`; ``method`` a name of :data:`SOLVERS`
+    or a diffrax solver; the keys named like ``diffrax.PIDController``'s fields go to it).
 
-    ``method``: a solver name (``solver.method``) or a diffrax solver. Adaptive solves use a
-    PID controller (``rtol``, ``atol``, and ``controller``'s extra options, e.g. its
-    ``norm``) and, with ``diverge_norm``, stop at the first step where
-    ``max_abs(watched(y))`` exceeds it or is not finite (the saves after it are not
-    reached). Fixed steps of ``dt`` are solved save interval by save interval, in a scan.
-    ``max_steps`` bounds the steps of the whole run either way.
+    Adaptive solves (``adaptive``) use a PID controller, clipped to land on ``jump_ts``
+    (times where the field has a kink, as a learning-rate schedule's end of warmup,
+    :func:`rankflow.numerics.schedules.kinks`: no step's error estimate straddles one);
+    they pick their own first step (a fixed first step can overshoot a fast start into NaN,
+    from which the controller never recovers) and, with ``diverge_norm``, stop at the
+    first step where ``max_abs(watched(y))`` exceeds it or is not finite instead of
+    shrinking the step until ``max_steps``. Fixed steps are of ``dt``.
 
-    ``noise(brownian_for)``: the diffusion term (as :func:`noise_term` makes it) for an
-    SDE, with Brownian motion from ``key``: a ``VirtualBrownianTree`` for adaptive steps
-    (consistent under refinement), an ``UnsafeBrownianPath`` with ``DirectAdjoint`` for
-    fixed ones (one fresh draw per step: exact there, and ~20× cheaper; DESIGN.md's
-    measured facts). Space-time Lévy area where the solver needs it. ``brownian_tol``:
-    a ``VirtualBrownianTree`` of that tolerance for fixed steps too, so that solves with
-    different ``dt`` (finer than the tolerance's scale) follow one Brownian path, as a
-    strong-error measurement needs.
-
-    ``jump_ts``: times where the field has a kink (a learning-rate schedule's end of
-    warmup, :func:`rankflow.numerics.schedules.kinks`): adaptive steps land on them (diffrax's
-    ``ClipStepSizeController``), so no step's error estimate straddles one.
+    ``key``: the Brownian motion of an SDE (None: an ODE): a ``VirtualBrownianTree`` for
+    adaptive steps (consistent under refinement), an ``UnsafeBrownianPath`` with
+    ``DirectAdjoint`` for fixed ones (one fresh draw per step: exact there, and ~20×
+    cheaper; DESIGN.md's measured facts), carrying the Lévy area the solver needs
+    (:func:`levy_area`). ``brownian_tol``: a ``VirtualBrownianTree`` of that tolerance for
+    fixed steps too, so that solves with different ``dt`` (finer than the tolerance's
+    scale) follow one Brownian path, as a strong-error measurement needs.
     """
-    solver = make_solver(method) if isinstance(method, str) else method
+    s = {**SECTION_DEFAULTS, **solver}
+    diffrax_solver = make_solver(s["method"])
     t1 = float(ts[-1]) if t1 is None else t1
-    terms, adjoint = _terms(field, noise, key, method, adaptive, dt, t0, t1, brownian_tol)
-    observe = observe or (lambda y: y)
-    setup = dict(terms=terms, solver=solver, adjoint=adjoint, args=args, throw=throw)
-    if not adaptive:
-        ts = np.asarray([t1] if ts is None else ts)
-        return _solve_fixed(setup, y0, ts, t0, dt, max_steps, observe)
-    event = None
-    if diverge_norm is not None:
-        watched = watched or (lambda y: y)
-        event = diffrax.Event(lambda t, y, args, **kw: ~(max_abs(watched(y)) <= diverge_norm))
-    fn = lambda t, y, args: observe(y)  # noqa: E731
-    if ts is None:
-        saveat = diffrax.SaveAt(t1=True, fn=fn)
-    else:
-        saveat = diffrax.SaveAt(ts=jnp.asarray(ts, jax.tree.leaves(y0)[0].dtype), fn=fn)
-    sol = diffrax.diffeqsolve(
+    adaptive, dt = s["adaptive"], s["dt"]
+    brownian, adjoint = None, diffrax.RecursiveCheckpointAdjoint()
+    if key is not None:
+        tol = brownian_tol
+        if adaptive and tol is None:
+            tol = 1e-3 * min(dt, t1 - t0)
+        brownian, adjoint = _brownian(key, levy_area(diffrax_solver), t0, t1, tol)
+    controller, event = diffrax.ConstantStepSize(), None
+    if adaptive:
+        pid = diffrax.PIDController(**{k: v for k, v in s.items() if k in PID_FIELDS})
+        controller = pid
+        if jump_ts:
+            controller = diffrax.ClipStepSizeController(pid, jump_ts=jnp.asarray(jump_ts))
+        if s["diverge_norm"] is not None:
+            watched, norm = watched or (lambda y: y), s["diverge_norm"]
+            event = diffrax.Event(lambda t, y, args, **kw: ~(max_abs(watched(y)) <= norm))
+    return Setup(
+        solver=diffrax_solver,
         t0=t0,
         t1=t1,
-        # Adaptive solves pick their first step (a fixed first step can overshoot a fast
-        # start into NaN, from which the controller never recovers).
-        dt0=None,
-        y0=y0,
-        saveat=saveat,
-        stepsize_controller=_controller(rtol, atol, controller, jump_ts),
-        max_steps=max_steps,
-        # Stop at a blow-up instead of shrinking dt until max_steps.
+        ts=None if ts is None else np.asarray(ts),
+        dt0=None if adaptive else dt,
+        controller=controller,
+        adjoint=adjoint,
+        brownian=brownian,
         event=event,
-        **setup,
+        max_steps=s["max_steps"],
+        throw=throw,
     )
-    return Saved(sol.ys, jnp.isfinite(sol.ts), sol.result == diffrax.RESULTS.max_steps_reached)
 
 
-def _controller(rtol, atol, options, jump_ts):
-    """The adaptive step-size controller: a PID controller, clipped to land on
-    ``jump_ts`` when there are any."""
-    pid = diffrax.PIDController(rtol=rtol, atol=atol, **(options or {}))
-    if not jump_ts:
-        return pid
-    return diffrax.ClipStepSizeController(pid, jump_ts=jnp.asarray(jump_ts))
+def _brownian(key, levy, t0: float, t1: float, tol: float | None):
+    """The Brownian path factory (shape → path) and adjoint of an SDE: a
+    ``VirtualBrownianTree`` of tolerance ``tol`` (consistent under refinement, as adaptive
+    steps need), or, without ``tol``, an ``UnsafeBrownianPath`` with ``DirectAdjoint``:
+    for fixed steps a fresh draw per step is exact and ~20× cheaper (DESIGN.md's measured
+    facts); nothing is differentiated."""
+    if tol is not None:
 
-
-def _terms(field, noise, key, method, adaptive: bool, dt, t0, t1, brownian_tol=None):
-    """:func:`solve`'s terms and adjoint: the drift alone, or with ``noise`` driven by the
-    Brownian path that suits the step-size control (see :func:`solve`)."""
-    terms = diffrax.ODETerm(field)
-    if noise is None:
-        return terms, diffrax.RecursiveCheckpointAdjoint()
-    levy = (
-        diffrax.SpaceTimeLevyArea
-        if isinstance(method, str) and method in NEEDS_LEVY_AREA
-        else diffrax.BrownianIncrement
-    )
-    if adaptive or brownian_tol is not None:
-        # Adaptive steps need a Brownian path consistent under refinement.
-        def brownian_for(shape):
-            tol = 1e-3 * min(dt, t1 - t0) if brownian_tol is None else brownian_tol
+        def tree(shape):
             return diffrax.VirtualBrownianTree(
                 t0, t1, tol=tol, shape=shape, key=key, levy_area=levy
             )
 
-        adjoint = diffrax.RecursiveCheckpointAdjoint()
+        return tree, diffrax.RecursiveCheckpointAdjoint()
+
+    def path(shape):
+        return diffrax.UnsafeBrownianPath(shape, key, levy_area=levy)
+
+    return path, diffrax.DirectAdjoint()
+
+
+def solve(
+    terms: diffrax.AbstractTerm | Callable,
+    y0,
+    args,
+    setup: Setup,
+    *,
+    observe: Callable | None = None,
+) -> Saved:
+    """Solve ``terms`` (a diffrax term, as :meth:`Setup.terms` makes; or an ODE's vector
+    field ``(t, y, args) ↦ dy/dt``) from ``y(t0) = y0`` as ``setup`` says, and save
+    ``observe(y)`` (default: ``y``) at its save times.
+
+    Adaptive solves save through ``SaveAt(ts, fn=observe)``; the saves after a blow-up
+    (``setup.event``) or after ``max_steps`` are not reached. Fixed steps are solved save
+    interval by save interval, in a scan (:func:`_solve_fixed`)."""
+    if not isinstance(terms, diffrax.AbstractTerm):
+        terms = diffrax.ODETerm(terms)
+    observe = observe or (lambda y: y)
+    common = dict(
+        terms=terms, solver=setup.solver, adjoint=setup.adjoint, args=args, throw=setup.throw
+    )
+    if not setup.adaptive:
+        ts = np.asarray([setup.t1] if setup.ts is None else setup.ts)
+        return _solve_fixed(common, y0, ts, setup, observe)
+    fn = lambda t, y, args: observe(y)  # noqa: E731
+    if setup.ts is None:
+        saveat = diffrax.SaveAt(t1=True, fn=fn)
     else:
-        # Fixed steps: a fresh draw per step is exact and ~20× cheaper than a
-        # VirtualBrownianTree (DESIGN.md's measured facts); nothing is differentiated.
-        def brownian_for(shape):
-            return diffrax.UnsafeBrownianPath(shape, key, levy_area=levy)
+        saveat = diffrax.SaveAt(ts=jnp.asarray(setup.ts, jax.tree.leaves(y0)[0].dtype), fn=fn)
+    sol = diffrax.diffeqsolve(
+        t0=setup.t0,
+        t1=setup.t1,
+        dt0=setup.dt0,
+        y0=y0,
+        saveat=saveat,
+        stepsize_controller=setup.controller,
+        max_steps=setup.max_steps,
+        event=setup.event,
+        **common,
+    )
+    return Saved(sol.ys, jnp.isfinite(sol.ts), sol.result == diffrax.RESULTS.max_steps_reached)
 
-        adjoint = diffrax.DirectAdjoint()
-    return diffrax.MultiTerm(terms, noise(brownian_for)), adjoint
 
-
-def _solve_fixed(setup, y0, ts, t0: float, dt: float, max_steps: int, observe) -> Saved:
+def _solve_fixed(common, y0, ts: np.ndarray, setup: Setup, observe: Callable) -> Saved:
     """Fixed steps: one ``diffeqsolve`` per save interval, inside a ``lax.scan``.
 
     One solve over all the saves would check, at every step, whether a save time was
@@ -205,6 +371,7 @@ def _solve_fixed(setup, y0, ts, t0: float, dt: float, max_steps: int, observe) -
     on steps here, so nothing is interpolated. A blow-up shows at the saves (NaN
     propagates); ``max_steps`` still bounds the steps of the run: saves beyond it are
     not reached and count as ``max_steps_hit``, as a single solve would stop there."""
+    t0, dt = setup.t0, setup.dt0
     dtype = jax.tree.leaves(y0)[0].dtype
     steps = np.ceil(np.round(np.diff(np.concatenate([[t0], ts])) / dt, 9))
     per_interval = int(max(steps.max(), 1)) + 1  # + 1: a last step shortened by rounding
@@ -216,9 +383,9 @@ def _solve_fixed(setup, y0, ts, t0: float, dt: float, max_steps: int, observe) -
             dt0=dt,
             y0=y,
             saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.ConstantStepSize(),
+            stepsize_controller=setup.controller,
             max_steps=per_interval,
-            **setup,
+            **common,
         )
         y = jax.tree.map(lambda x: x[0], sol.ys)
         return y, observe(y)
@@ -232,5 +399,5 @@ def _solve_fixed(setup, y0, ts, t0: float, dt: float, max_steps: int, observe) -
     else:
         bounds = (jnp.asarray(starts, dtype), jnp.asarray(ts, dtype))
         _, ys = jax.lax.scan(interval, y0, bounds)
-    reached = jnp.asarray(np.cumsum(steps) <= max_steps)
+    reached = jnp.asarray(np.cumsum(steps) <= setup.max_steps)
     return Saved(ys, reached, ~reached)
