@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import tree_allclose
+from helpers import tree_allclose
 
 from rankflow.core import config as config_lib
 from rankflow.core.program import PARAM_KEYS, params_of, program_for

@@ -11,12 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import states
 
 import rankflow
 from rankflow import theory
 from rankflow.core import config as C
 from rankflow.core.factors import chain, depth_observables, init_depth_factors, product
-from rankflow.core.program import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
+from rankflow.core.program import TRACE_COUNTS, params_of, program_for
 
 ETA, LAM = 0.4, 0.1
 
@@ -38,10 +39,7 @@ PROBLEMS = {
 def _states(cfg):
     """Every saved factor tuple of a single-point config (``save = "states"``): the
     point, its program and the factors ``(W_1, …, W_L)``, each ``(saves, d_j, d_{j−1})``."""
-    point = C.expand(C.resolve(cfg))[0]
-    program = program_for(point, save="states")
-    p = params_of(point, 0)
-    out = program.run({k: np.array([p[k]]) for k in PARAM_KEYS})
+    point, program, out = states(cfg)
     assert (out["status"] == 0).all()
     return point, program, tuple(W[0] for W in out["theta"])
 

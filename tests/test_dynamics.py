@@ -14,6 +14,7 @@ import numpy as np
 import optax
 import pandas as pd
 import pytest
+from helpers import states
 
 import rankflow
 from rankflow import theory
@@ -46,14 +47,6 @@ def _quiet(cfg):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="dynamics.sigma = 0")
         return rankflow.run(cfg)
-
-
-def _states(cfg):
-    """Trajectories of a single-point config: (point, program output with save=states)."""
-    point = C.expand(C.resolve(cfg))[0]
-    program = program_for(point, save="states")
-    p = params_of(point, 0)
-    return point, program, program.run({k: np.array([p[k]]) for k in PARAM_KEYS})
 
 
 # --- T6: the stochastic gradient flow's mean balance -------------------------------------
@@ -172,9 +165,9 @@ def _balance(theta):
     return A.T @ A - B.T @ B
 
 
-def test_T7_momentum_balance_rates_along_simulated_states():
+def test_T7_momentum_balance_rates_along_simulatedstates():
     t1, num = 20.0, 201
-    point, program, out = _states(
+    point, program, out = states(
         {
             "x64": True,
             "problem": QUARTIC,
@@ -318,7 +311,7 @@ def _hand_loop(kind, theta0, steps, every, eta, lam, mu):
 @pytest.mark.parametrize("kind", ["momentum", "momentum_coupled", "adamw"])
 def test_optimizer_matches_hand_written_update(kind):
     eta, lam, mu, steps, every = 0.1, 0.05, 0.3, 200, 20
-    _, _, out = _states(
+    _, _, out = states(
         {
             "x64": True,
             "problem": QUARTIC,

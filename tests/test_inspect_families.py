@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import Spec, make_factors
 from safetensors.numpy import save_file
-from test_inspect import Spec, make_factors
 
 from rankflow.inspect import _families as families
 from rankflow.inspect import inspect_checkpoint, unit_statistics
@@ -101,7 +101,7 @@ def test_bad_rotary_pct_names_the_field(tmp_path):
 
 
 def _olmo(tmp_path, name, model_type, norm_width=None, **extra):
-    from test_inspect import write_checkpoint
+    from helpers import write_checkpoint
 
     spec = Spec(arch="llama", layers=3, heads=4, d_model=32, plant=PLANT, model_type=model_type,
                 extra_config=extra)  # fmt: skip

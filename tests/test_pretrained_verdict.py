@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from test_inspect import Spec, _rotate_planes, build, make_factors, write_checkpoint
+from helpers import Spec, build, make_factors, rotate_planes, write_checkpoint
 
 from rankflow import cli
 from rankflow.inspect import (
@@ -164,7 +164,7 @@ def test_rotary_qk_is_judged_by_block_energies(tmp_path):
     for name, rotate, qk in (
         (
             "half",
-            lambda K: _rotate_planes(K, [(j, j + d // 2) for j in range(d // 2)], rng),
+            lambda K: rotate_planes(K, [(j, j + d // 2) for j in range(d // 2)], rng),
             "pass",
         ),
         ("mixed", lambda K: K @ np.linalg.qr(rng.standard_normal((d, d)))[0], "fail"),

@@ -4,7 +4,7 @@ diffrax set-up and the one optimizer loop every continuous and discrete run goes
 import jax.numpy as jnp
 import numpy as np
 import optax
-from conftest import tree_allclose
+from helpers import tree_allclose
 
 from rankflow.attention.flow import integrate
 from rankflow.core.optimizers import iterate

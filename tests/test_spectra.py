@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from test_inspect import build
+from helpers import build
 
 from rankflow import cli
 from rankflow.inspect import matrix_spectrum, noise_sigma, powerlaw_fit, product_spectrum

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import max_abs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,11 +127,6 @@ def _random_factors(seed, m, n, r, scale=0.7):
     )
 
 
-def _max_abs(X, Y=0.0):
-    """max |X − Y|, in numpy."""
-    return float(np.max(np.abs(np.asarray(X) - np.asarray(Y))))
-
-
 # --- setting -----------------------------------------------------------------------------
 
 
@@ -179,7 +175,7 @@ def test_T1_gap_zero_on_balanced_factors(pair):
     gap, bound, pen = _measure(A, B)
     assert abs(gap) <= 1e-10 * pen
     assert bound <= 1e-10 * pen
-    assert _max_abs(theory.balance(A, B)) <= 1e-12 * max(pen, 1e-300)
+    assert max_abs(theory.balance(A, B)) <= 1e-12 * max(pen, 1e-300)
 
 
 @settings(deadline=None, max_examples=100)
@@ -287,14 +283,14 @@ def test_T3_prox_gradient_denoising_is_svt(accelerated, step):
         lambda W: W - S, jnp.zeros_like(S), lam, step, accelerated=accelerated, tol=1e-14
     )
     assert bool(result.converged)
-    assert _max_abs(result.W, expected) <= 1e-10
+    assert max_abs(result.W, expected) <= 1e-10
     assert int(np.sum(np.linalg.svd(np.asarray(result.W), compute_uv=False) > 1e-8)) == 2
 
 
 def test_T3_prox_gradient_jits_and_keeps_dtype():
     S, lam, expected = _denoising_instance()
     solve = jax.jit(lambda S, lam: theory.prox_gradient(lambda W: W - S, S, lam, 1.0).W)
-    assert _max_abs(solve(S, lam), expected) <= 1e-10
+    assert max_abs(solve(S, lam), expected) <= 1e-10
     W32 = theory.prox_gradient(
         lambda W: W - S.astype(jnp.float32), S.astype(jnp.float32), lam, 1.0, tol=1e-6
     ).W
@@ -392,7 +388,7 @@ def test_T4_gf_balance_derivative_matches_the_flow():
         return D, dD, dD_pred
 
     D, dD, dD_pred = derivatives(_random_factors(0, 5, 4, 3))
-    assert _max_abs(dD, dD_pred) <= 1e-12 * _max_abs(D)
+    assert max_abs(dD, dD_pred) <= 1e-12 * max_abs(D)
 
 
 def test_T4_gf_balance_along_integrated_flow():
@@ -433,9 +429,9 @@ def test_T4_gf_balance_along_integrated_flow():
         )
 
     D0, (Ds, Ds_pred), (gaps, gaps_pred), (loss_gaps, bound) = solve_and_predict(theta0)
-    scale = _max_abs(D0)
-    assert _max_abs(Ds, Ds_pred) <= 1e-8 * scale
-    assert _max_abs(gaps, gaps_pred) <= 1e-8 * scale
+    scale = max_abs(D0)
+    assert max_abs(Ds, Ds_pred) <= 1e-8 * scale
+    assert max_abs(gaps, gaps_pred) <= 1e-8 * scale
     assert np.all(np.asarray(loss_gaps) <= np.asarray(bound) + 1e-12)
     assert float(bound[-1]) < 0.02 * float(bound[0])  # 2ηλt = 4 at the end
 
@@ -479,13 +475,13 @@ def test_T5_gd_balance_step_is_exact():
     A, B = _random_factors(2, 5, 4, 3)
     D1 = np.asarray(theory.balance(*step((A, B))))
     D, predicted = (np.asarray(x) for x in predict(A, B))
-    scale = _max_abs(D1)
-    assert _max_abs(predicted, D1) <= 1e-12 * scale
+    scale = max_abs(D1)
+    assert max_abs(predicted, D1) <= 1e-12 * scale
     # The continuous contraction e^{−2ηλ} in place of (1 − ηλ)² misses by ~1e-3.
     gd, gf = float(theory.gd_contraction(eta, lam)), float(theory.gf_contraction(eta, lam))
-    assert _max_abs(predicted + (gf - gd) * D, D1) > 1e-6 * scale
+    assert max_abs(predicted + (gf - gd) * D, D1) > 1e-6 * scale
     # So does dropping the O(η²) gradient term.
-    assert _max_abs(gd * D, D1) > 1e-6 * scale
+    assert max_abs(gd * D, D1) > 1e-6 * scale
 
 
 def test_T5_gd_balance_along_trajectory():
@@ -503,7 +499,7 @@ def test_T5_gd_balance_along_trajectory():
     theta = _random_factors(3, 5, 4, 6)  # r > min(m, n)
     for _ in range(30):
         theta, predicted, D1 = advance(theta)
-        assert _max_abs(predicted, D1) <= 1e-12 * _max_abs(D1)
+        assert max_abs(predicted, D1) <= 1e-12 * max_abs(D1)
 
 
 def test_T5_contraction_tends_to_gf():
@@ -538,8 +534,8 @@ def test_T6_lambda_to_zero_is_continuous_and_nan_free():
     lams = jnp.array([0.0, 1e-9, 7.5e-5, 9e-5, 2e-3])
     means, slopes = (np.asarray(x) for x in mean_and_slope(lams))
     expected = np.asarray(_D0) + eta**2 * sigma**2 * (m - n) * t * np.eye(3)
-    assert _max_abs(means[0], expected) <= 1e-15
-    assert _max_abs(means[1], means[0]) <= 1e-7
+    assert max_abs(means[0], expected) <= 1e-15
+    assert max_abs(means[1], means[0]) <= 1e-7
     assert np.all(np.isfinite(slopes))
     assert slopes[0] == pytest.approx(slopes[1], rel=1e-6)
     # Either side of the switch to the Taylor series (2ηλt = 10⁻³ at λ = 1/12000) and
@@ -581,7 +577,7 @@ def test_T6_trace_and_formula():
     decay = np.exp(-2 * eta * lam * np.asarray(ts))[:, None, None]
     expected = decay * np.asarray(_D0) + floor * (1 - decay) * np.eye(3)
     assert np.allclose(means, expected, rtol=1e-13, atol=1e-15)
-    assert _max_abs(means[-1], floor * np.eye(3)) <= 1e-12
+    assert max_abs(means[-1], floor * np.eye(3)) <= 1e-12
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.04])
@@ -593,7 +589,7 @@ def test_T6_mean_solves_its_ode(lam):
     means, rates = value_and_rate(jnp.array([0.0, 1e-3, 2.0, 30.0]))
     for mean, rate in zip(np.asarray(means), np.asarray(rates), strict=True):
         expected = -2 * eta * lam * mean + eta**2 * sigma**2 * (m - n) * np.eye(3)
-        assert _max_abs(rate, expected) <= 1e-14
+        assert max_abs(rate, expected) <= 1e-14
 
 
 # --- T7 ----------------------------------------------------------------------------------
@@ -630,11 +626,11 @@ def test_T7_momentum_balance_rates_match_the_flow(r):
 
     (D, E, dD, dE), rates = both((A, B, M_A, M_B))
     F = np.asarray(M_A).T @ np.asarray(M_A) - np.asarray(M_B).T @ np.asarray(M_B)
-    assert _max_abs(rates.D, D) <= 1e-14 * _max_abs(D)
-    assert _max_abs(rates.E, E) <= 1e-14 * _max_abs(E)
-    assert _max_abs(rates.F, F) <= 1e-14
-    assert _max_abs(rates.dD_dt, dD) <= 1e-10 * _max_abs(dD)
-    assert _max_abs(rates.dE_dt, dE) <= 1e-10 * _max_abs(dE)
+    assert max_abs(rates.D, D) <= 1e-14 * max_abs(D)
+    assert max_abs(rates.E, E) <= 1e-14 * max_abs(E)
+    assert max_abs(rates.F, F) <= 1e-14
+    assert max_abs(rates.dD_dt, dD) <= 1e-10 * max_abs(dD)
+    assert max_abs(rates.dE_dt, dE) <= 1e-10 * max_abs(dE)
 
 
 # --- T8: rates, orders, and GD against GF ---------------------------------------------------

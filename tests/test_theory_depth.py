@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import max_abs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,10 +36,6 @@ def _factors(seed, dims, scale=0.7):
     )
 
 
-def _max_abs(X, Y=0.0):
-    return float(np.max(np.abs(np.asarray(X) - np.asarray(Y))))
-
-
 def _total_loss(problem, data, lam):
     return lambda fs: problem.loss(theory.product(fs), data) + lam * theory.depth_l2_penalty(fs)
 
@@ -49,9 +46,9 @@ def _total_loss(problem, data, lam):
 def test_T12_T13_depth_two_is_the_pair():
     A, B = _factors(0, (3, 5))[0], _factors(1, (3, 4))[0]
     fs = theory.pair_to_factors(A, B)
-    assert _max_abs(theory.product(fs), A @ B.T) == 0.0
+    assert max_abs(theory.product(fs), A @ B.T) == 0.0
     (D,) = theory.depth_balances(fs)
-    assert _max_abs(D, theory.balance(A, B)) <= 1e-14
+    assert max_abs(D, theory.balance(A, B)) <= 1e-14
     assert float(theory.depth_l2_penalty(fs)) == pytest.approx(float(theory.l2_penalty(A, B)))
     W = A @ B.T
     assert float(theory.schatten_penalty(W, 2)) == pytest.approx(
@@ -62,7 +59,7 @@ def test_T12_T13_depth_two_is_the_pair():
     )
     G = _factors(2, (4, 5))[0]
     gd = theory.gd_depth_balance_step(fs, theory.depth_gradients(fs, G), 0.3, 0.1)[0]
-    assert _max_abs(gd, theory.gd_balance_step(A, B, G, 0.3, 0.1)) <= 1e-13
+    assert max_abs(gd, theory.gd_balance_step(A, B, G, 0.3, 0.1)) <= 1e-13
 
 
 def _pairwise(problem, data, eta, lam):
@@ -106,15 +103,15 @@ def test_T12_gf_derivative_and_gd_step_per_pair_every_kind(kind):
         L = len(dims) - 1
         pairs, (grads, chain) = run(_factors(4, dims))
         for g, g_chain in zip(grads, chain):
-            assert _max_abs(g, g_chain) <= 1e-13 * _max_abs(g)
+            assert max_abs(g, g_chain) <= 1e-13 * max_abs(g)
         for D, dD, gf, D1, gd in zip(*pairs):
-            assert _max_abs(dD, gf) <= 1e-12 * _max_abs(D)
-            assert _max_abs(dD, -L * eta * lam * D) > 1e-3 * _max_abs(D)
-            scale = _max_abs(D1)
-            assert _max_abs(gd, D1) <= 1e-10 * scale
-            assert _max_abs(gd - (c - 1) * D, D1) > 1e-3 * scale  # no (1 − ηλ)²
+            assert max_abs(dD, gf) <= 1e-12 * max_abs(D)
+            assert max_abs(dD, -L * eta * lam * D) > 1e-3 * max_abs(D)
+            scale = max_abs(D1)
+            assert max_abs(gd, D1) <= 1e-10 * scale
+            assert max_abs(gd - (c - 1) * D, D1) > 1e-3 * scale  # no (1 − ηλ)²
             swapped = c * D - (gd - c * D)  # η²(∇_j∇_jᵀ − ∇_{j+1}ᵀ∇_{j+1})
-            assert _max_abs(swapped, D1) > 1e-6 * scale
+            assert max_abs(swapped, D1) > 1e-6 * scale
 
 
 @pytest.mark.slow
@@ -167,8 +164,8 @@ def test_T12_gd_depth_two_formula_fails_on_a_middle_pair():
         return theory.depth_balances(stepped)[1], right, wrong
 
     D1, right, wrong = run(_factors(7, (4, 4, 4, 4, 4)))
-    assert _max_abs(right, D1) <= 1e-10 * _max_abs(D1)
-    assert _max_abs(wrong, D1) > 1e-4 * _max_abs(D1)
+    assert max_abs(right, D1) <= 1e-10 * max_abs(D1)
+    assert max_abs(wrong, D1) > 1e-4 * max_abs(D1)
 
 
 @pytest.mark.slow
@@ -188,7 +185,7 @@ def test_T12_gd_pairwise_along_trajectory():
     for _ in range(30):
         fs, pred, actual = advance(fs)
         for P, D1 in zip(pred, actual):
-            assert _max_abs(P, D1) <= 1e-10 * _max_abs(D1)
+            assert max_abs(P, D1) <= 1e-10 * max_abs(D1)
 
 
 # --- T13: the penalty against the Schatten term -------------------------------------------
@@ -243,7 +240,7 @@ def test_T13_equality_iff_balanced_on_rescaled_family(L, logs, seed):
     S = float(np.sum(np.linalg.svd(np.asarray(W), compute_uv=False) ** (2.0 / L)))
     gap = float(theory.depth_penalty_gap(scaled))
     assert gap == pytest.approx(0.5 * (np.sum(c**2) - L) * S, rel=1e-9, abs=1e-11 * S)
-    assert _max_abs(theory.product(scaled), W) <= 1e-12 * _max_abs(W)
+    assert max_abs(theory.product(scaled), W) <= 1e-12 * max_abs(W)
 
 
 @pytest.mark.parametrize("L", [2, 3, 4])
@@ -253,9 +250,9 @@ def test_T13_balanced_factors_attain_equality(L):
     widths = (3, 7, 4)[: L - 1]
     fs = theory.balanced_factors(W, widths, key=jax.random.PRNGKey(1))
     assert [Wj.shape for Wj in fs] == list(zip(widths + (5,), (4,) + widths))
-    assert _max_abs(theory.product(fs), W) <= 1e-12 * _max_abs(W)
+    assert max_abs(theory.product(fs), W) <= 1e-12 * max_abs(W)
     for D in theory.depth_balances(fs):
-        assert _max_abs(D) <= 1e-12 * _max_abs(W) ** (2 / L)
+        assert max_abs(D) <= 1e-12 * max_abs(W) ** (2 / L)
     pen = float(theory.depth_l2_penalty(fs))
     assert abs(float(theory.depth_penalty_gap(fs))) <= 1e-12 * pen
     # The exponent 1 in place of 2/L: (L/2)Σσ exceeds the penalty of balanced factors
@@ -291,7 +288,7 @@ def test_T13_scalar_minimiser_against_brute_force(L, lam):
 
 def test_T13_soft_thresholding_at_depth_two():
     ss = jnp.linspace(0.0, 2.0, 101)
-    assert _max_abs(theory.schatten_scalar_minimiser(ss, 0.3, 2), jnp.maximum(ss - 0.3, 0.0)) == 0
+    assert max_abs(theory.schatten_scalar_minimiser(ss, 0.3, 2), jnp.maximum(ss - 0.3, 0.0)) == 0
     assert float(theory.schatten_threshold(0.3, 2).s) == 0.3
 
 
