@@ -46,15 +46,6 @@ def run(
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
     """
-    df, _ = engine.run(
-        CORE,
-        config,
-        overrides,
-        out=out,
-        resume=resume,
-        chunk=chunk,
-        executor=executor,
-        slurm=slurm,
-        quiet=quiet,
-    )
+    options = dict(out=out, resume=resume, chunk=chunk, executor=executor, slurm=slurm)
+    df, _ = engine.run(CORE, config, overrides, quiet=quiet, **options)
     return df

@@ -103,7 +103,7 @@ def test_T4_scheduled_gradient_flow_core(schedule):
     ts, gap = prog.ts, _gap(A, B)
     sch = prog.schedule
     assert sch == Schedule(schedule, W, F, T1)
-    pred = np.asarray(theory.gf_balance_gap_scheduled(gap[0], ETA, LAM, ts, sch))
+    pred = np.asarray(theory.gf_balance_scheduled(gap[0], ETA, LAM, ts, sch))
     assert np.max(np.abs(gap / pred - 1)) <= 1e-9
     assert gap[-1] < 0.35 * gap[0]  # the balance does decay
     # The wrong clocks: the peak η throughout (2ηλt), and the schedule one step late.

@@ -242,12 +242,4 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
                 raise InspectError(f"{index}: tensor {name!r} is not in its shard {file}")
             where[name], shapes[name], dtypes[name] = file, s[name], d[name]
     config = _read_json(config_path, "config.json") if config_path is not None else None
-    return Checkpoint(
-        path=path,
-        files=files,
-        where=where,
-        shapes=shapes,
-        dtypes=dtypes,
-        config=config,
-        config_path=config_path,
-    )
+    return Checkpoint(path, files, where, shapes, dtypes, config, config_path)

@@ -56,16 +56,10 @@ SYMBOLS = {
     "dynamics.sigma": r"$\sigma$",
     "dynamics.mu": r"$\mu$",
 }
-# Columns that describe a sweep's fixed setting, shown in figure titles when constant.
-SETTING_KEYS = (
-    "problem.kind",
-    "dynamics.kind",
-    "solver.method",
-    "init.kind",
-    "dynamics.eta",
-    "dynamics.sigma",
-    "init.scale",
-)
+# Columns that describe a sweep's fixed setting, shown in figure titles when constant: its
+# kinds, then its hyperparameters.
+KIND_KEYS = ("problem.kind", "dynamics.kind", "solver.method", "init.kind")
+SETTING_KEYS = KIND_KEYS + ("dynamics.eta", "dynamics.sigma", "init.scale")
 
 
 def axis_label(col: str) -> str:

@@ -23,7 +23,7 @@ Where each item of THEORY.md lives:
   :func:`gd_contraction`, :func:`gd_balance_rate`; the late rate near a balanced
   minimum: :func:`gd_rate_bracket`.
 - T4 and T5 under a learning-rate schedule (``D(t) = e^{−2λ∫η}D(0)``; T5 with η_k):
-  :func:`gf_balance_scheduled`, :func:`gf_balance_gap_scheduled`,
+  :func:`gf_balance_scheduled` (D or any norm of it),
   :func:`scheduled_balance_exponent`, :func:`gd_scheduled_contraction`; per-factor
   learning-rate multipliers (``d/dt(AᵀA/c_A − BᵀB/c_B) = −2ηλD``):
   :func:`scaled_balance`, :func:`scaled_balance_rate`.
@@ -107,7 +107,6 @@ from ._nuclear import svt as svt
 from ._nuclear import t1_gap as t1_gap
 from ._nuclear import t2_bound as t2_bound
 from ._schedule import gd_scheduled_contraction as gd_scheduled_contraction
-from ._schedule import gf_balance_gap_scheduled as gf_balance_gap_scheduled
 from ._schedule import gf_balance_scheduled as gf_balance_scheduled
 from ._schedule import scaled_balance as scaled_balance
 from ._schedule import scaled_balance_rate as scaled_balance_rate
@@ -130,7 +129,6 @@ __all__ = [
     "schatten_scalar_stationarity",
     "schatten_threshold",
     "gd_scheduled_contraction",
-    "gf_balance_gap_scheduled",
     "gf_balance_scheduled",
     "scaled_balance",
     "scaled_balance_rate",

@@ -43,22 +43,12 @@ def gf_balance_scheduled(
     t: Float[ArrayLike, "*T"],
     schedule: Schedule | None,
 ) -> Float[Array, "*T r r"]:
-    """T4 scheduled: ``D(t) = e^{−2λ∫₀ᵗη} D(0)`` under gradient flow, for any loss."""
+    """T4 scheduled: ``D(t) = e^{−2λ∫₀ᵗη} D(0)`` under gradient flow, for any loss. The
+    law is linear in D(0), so ``D0`` may be any norm of D(0) too (the ``balance_gap``
+    column: ``‖D(t)‖ = e^{−2λ∫₀ᵗη}‖D(0)‖``); shape ``t.shape + D0.shape``."""
     D0 = jnp.asarray(D0)
     t = jnp.asarray(t, D0.dtype)
     return outer_scale(jnp.exp(-scheduled_balance_exponent(eta, lam, t, schedule)), D0)
-
-
-def gf_balance_gap_scheduled(
-    gap0: Float[ArrayLike, "*S"],
-    eta: Scalar,
-    lam: Scalar,
-    t: Float[ArrayLike, "*T"],
-    schedule: Schedule | None,
-) -> Float[Array, "*T *S"]:
-    """T4 scheduled: ``‖D(t)‖ = e^{−2λ∫₀ᵗη}‖D(0)‖`` (any norm). Shape ``t.shape +
-    gap0.shape``."""
-    return gf_balance_scheduled(jnp.asarray(gap0, float_dtype(gap0)), eta, lam, t, schedule)
 
 
 # --- T5 under a schedule -------------------------------------------------------------------
