@@ -20,7 +20,7 @@ MAX_DUPLICATE_PAIRS = 12
 # config: the config language; numerics: solve, schedules, batching, linalg; theory: the
 # exact results; engine: plan, programs, executors, store; the families; the analyses
 # that read tables or parameters; plots (draw tables; no simulation code, tested in
-# tests/test_plots.py); reproduce; the command line. ``rankflow/__init__.py`` and
+# tests/plots/test_plots.py); reproduce; the command line. ``rankflow/__init__.py`` and
 # ``rankflow.api`` are the front door over the families.
 LAYERS = (
     ("config",),

@@ -4,7 +4,7 @@ factor (THEORY.md T12, T13; ``model.depth``).
 
 The state of a run is a tuple of factors. At depth 2 it stays the pair ``(A, B)`` with
 ``W = ABᵀ`` (rankflow's convention since the start, and the code path whose tables are
-pinned by tests/test_golden.py); at depth L ≥ 3 it is ``(W_1, …, W_L)``, ``W_j`` of
+pinned by tests/claims/test_golden.py); at depth L ≥ 3 it is ``(W_1, …, W_L)``, ``W_j`` of
 shape ``d_j × d_{j−1}`` (``d_0 = n``, ``d_L = m``), as in :mod:`rankflow.theory`.
 The two are told apart by the length of the tuple: :func:`product` and :func:`chain`
 are the only places that read it.

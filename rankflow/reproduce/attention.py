@@ -29,7 +29,7 @@ from ._common import Claim, Context, fmt, run_attention, validate_attention, ver
 
 NAME = "attention"
 CONFIGS = ("attention_rank", "attention_ablation")
-# The claims whose verdict can be pass; tests/test_mutants.py holds a mutant for each.
+# The claims whose verdict can be pass; tests/claims/test_mutants.py holds a mutant for each.
 CLAIMS = ("attention.rank",)
 RANK_DROP = 0.25  # the median effective rank must fall by at least a quarter
 

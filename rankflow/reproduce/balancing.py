@@ -4,7 +4,7 @@ One problem (matrix sensing, rank 2, imbalanced start with ‖D(0)‖_F = 1, flo
 five dynamics, each a ``sims/reproduce/balancing_*.toml`` sweep. The decay rate of
 ``‖D‖_F = ‖AᵀA − BᵀB‖_F`` per step is fitted (``theory.fit_rate``) on the saves above
 float64 rounding and divided by 2ηλ. Each claim is a pure function of the tables
-(``*_claim``), so that ``tests/test_mutants.py`` can run it on data of a wrong theory or
+(``*_claim``), so that ``tests/claims/test_mutants.py`` can run it on data of a wrong theory or
 implementation and see it fail. The predictions all come from ``rankflow.theory``:
 
 - GF (T4): exactly 1 (``theory.gf_balance_rate``); tested to 1e-6, the accuracy of a rate
@@ -49,7 +49,7 @@ CONFIGS = {
     "momentum_flow": "balancing_momentum",
     "adamw": "balancing_adamw",
 }
-# The claims whose verdict can be pass; tests/test_mutants.py holds a mutant for each.
+# The claims whose verdict can be pass; tests/claims/test_mutants.py holds a mutant for each.
 CLAIMS = (
     "balancing.gradient_flow",
     "balancing.gd",

@@ -29,7 +29,7 @@ from ._common import Claim, Context, final_rows, fmt, per_problem, run_sweep, sw
 NAME = "depth"
 DIAGONAL = "depth_diagonal"
 RANK_CONFIGS = {"sensing": "depth_rank_sensing", "completion": "depth_rank_completion"}
-# The claims whose verdict can be pass; tests/test_mutants_depth.py holds a mutant for each.
+# The claims whose verdict can be pass; tests/claims/test_mutants_depth.py holds a mutant for each.
 CLAIMS = ("depth.pairwise_decay", "depth.penalty_meets_schatten", "depth.scalar_stationarity")
 # Decay is measured while e^{−2ηλt} ≥ this (later, D_j is at rounding level).
 DECAY_FLOOR = 1e-4

@@ -20,7 +20,7 @@ Through sweeps of the stochastic flow (``discrete_floor.toml`` with m = n,
 - ``discrete.sgf_floor_scaling`` (observation): the floor's power law in σ, η, λ (m = n).
 
 Each claim is a pure function of the experiment's tables (``gd_order_claim``, …), so that
-``tests/test_mutants_discrete.py`` can run it on data made under a wrong theory or a wrong
+``tests/claims/test_mutants_discrete.py`` can run it on data made under a wrong theory or a wrong
 implementation and see it fail. Every prediction comes from ``rankflow.theory``.
 """
 
@@ -41,7 +41,7 @@ from ..core import config as config_lib
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 
 NAME = "discrete"
-# The claims that can pass (each has a mutant in tests/test_mutants_discrete.py).
+# The claims that can pass (each has a mutant in tests/claims/test_mutants_discrete.py).
 CLAIMS = (
     "discrete.gd_order",
     "discrete.gd_contraction",

@@ -24,7 +24,7 @@ runs save the factors (``save = "states"``), so that D = AᵀA − BᵀB is chec
   horizon in ηt is first order in η.
 
 Each claim is a pure function of the experiment's tables (``*_claim``), so that
-``tests/test_mutants_noise.py`` can run it on data of a wrong theory or implementation.
+``tests/claims/test_mutants_noise.py`` can run it on data of a wrong theory or implementation.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_con
 
 NAME = "noise"
 CONFIGS = ("noise_models", "noise_sgd_sensing", "noise_sgd_regression")
-# The claims that can pass (each has a mutant in tests/test_mutants_noise.py).
+# The claims that can pass (each has a mutant in tests/claims/test_mutants_noise.py).
 CLAIMS = ("noise.no_floor", "noise.sgd_step_mean", "noise.t9_pathwise", "noise.sme_weak_order")
 # SGD against its first-order SME: weak order 1 in η at fixed ηt, fitted within WEAK_TOL
 # with a standard error ≤ WEAK_TOL, every η's error resolved (|z| ≥ WEAK_Z) so that the

@@ -30,7 +30,7 @@ from ._common import Claim, Context, final_rows, fmt, per_problem, sweep_config,
 
 NAME = "rank"
 CONFIGS = {"sensing": "rank_sensing", "completion": "rank_completion"}
-# The claims whose verdict can be pass; tests/test_mutants.py holds a mutant for each.
+# The claims whose verdict can be pass; tests/claims/test_mutants.py holds a mutant for each.
 CLAIMS = ("rank.factorised_is_nuclear",)
 
 

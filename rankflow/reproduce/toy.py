@@ -2,7 +2,7 @@
 
 GD on ``½‖ABᵀ − diag(0.2, 0.4, 0.6, 0.8, 1)‖² + (λ/2)(‖A‖² + ‖B‖²)``, 5×5, float64, a λ
 grid × seeds (``sims/reproduce/toy.toml``), one compiled program. Claims, each a pure
-function of the runs' table (``tests/test_mutants.py`` feeds them wrong data):
+function of the runs' table (``tests/claims/test_mutants.py`` feeds them wrong data):
 
 - T1: for λ > 0, ``½(‖A‖² + ‖B‖²)`` and ``‖ABᵀ‖_*`` coincide at the end (to 1e-12
   relative), for λ = 0 they do not (the start's imbalance stays, T5 with λ = 0 changes
@@ -29,7 +29,7 @@ from ._common import Claim, Context, final_rows, fmt, run_sweep, sweep_config, v
 
 NAME = "toy"
 CONFIGS = ("toy",)
-# The claims whose verdict can be pass; tests/test_mutants.py holds a mutant for each.
+# The claims whose verdict can be pass; tests/claims/test_mutants.py holds a mutant for each.
 CLAIMS = ("toy.l2_meets_nuclear", "toy.balancing_rate", "toy.soft_threshold")
 # λ shown in the balance figure (all λ go to the spectrum figure).
 SHOWN_LAMS = (0.0, 0.05, 0.15, 0.35)

@@ -1,0 +1,103 @@
+"""The tables of every config in ``sims/`` stay what they were before the refactors: each
+config through its public entry point (``rankflow.run``, ``rankflow compare``,
+``rankflow attention train``) gives the captured tables of ``tests/claims/golden/`` — same rows
+and columns, the same values in every non-float column, the same NaN pattern, and floats
+within ``SCALE_TOL`` of their column's scale in float64; and, on the machine that captured
+them (``tests/claims/golden/f32/MACHINE.txt``), the float32 tables bit for bit. Why both:
+``tests/claims/golden_tables.py``, which captures them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from golden_tables import (
+    CONFIGS,
+    GOLDEN,
+    GOLDEN_F32,
+    RENAMED_COLUMNS,
+    SLOW,
+    machine,
+    path,
+    produce_as_captured,
+)
+
+# The largest deviation measured between the pre-refactor code and today's is 9.2e-8 of
+# the column's scale (attention heads, balance_gap_rel; adaptive solves at rtol 1e-6
+# and 1e-8 elsewhere). A changed table moves far more: λ or η 1e-4 (relative) off moves
+# some column by 3.7e-5 to 0.1 of its scale (measured on diagonal_gd, diagonal_flow and
+# sensing), 37 times the tolerance at the least.
+SCALE_TOL = 1e-6
+# Columns that are zero up to rounding (frob_minus_nuc on balanced runs, ~1e-13) change in
+# their last bits with the order of XLA:CPU's reductions: 2.7e-15 measured between a
+# process with Eigen's threads and one without. An absolute 1e-12 absorbs that; the
+# smallest change a wrong λ makes (above) is 1e4 times larger on O(1) observables. The
+# tables are made as the capture made them (``produce_as_captured``: every core, Eigen
+# single-threaded): AdamW amplifies last-bit differences (its step normalises tiny
+# gradients), so in float64 its loss moved by 8e-4 of its scale between the two
+# settings, far beyond SCALE_TOL, with identical code.
+ATOL = 1e-12
+
+
+def assert_close_to_scale(a: np.ndarray, b: np.ndarray, what: str, tol: float) -> None:
+    """``|a − b| ≤ tol · max|b|`` entrywise, and NaN/inf exactly where ``b`` has them."""
+    finite = np.isfinite(b)
+    assert (np.isfinite(a) == finite).all(), f"{what}: the non-finite entries differ"
+    assert (a[~finite].astype(str) == b[~finite].astype(str)).all(), f"{what}: ±inf/NaN differ"
+    if finite.any():
+        scale = float(np.max(np.abs(b[finite])))
+        dev = float(np.max(np.abs(a[finite] - b[finite])))
+        assert dev <= tol * scale + (ATOL if tol else 0.0), (
+            f"{what}: {dev:.3g} off, scale {scale:.3g}"
+        )
+
+
+def compare_tables(name: str, tables: dict[str, pd.DataFrame], x64: bool) -> None:
+    """Every table of ``name`` against its golden file: float64 within ``SCALE_TOL`` of
+    each column's scale, float32 bit for bit."""
+    stem = path(name, "", x64).stem
+    folder = GOLDEN if x64 else GOLDEN_F32
+    expected = {
+        p.stem.split("__")[-1] if p.stem != stem else "": p
+        for p in folder.glob(f"{stem}*.parquet")
+        if p.stem == stem
+        or p.stem[len(stem) :].startswith("__")
+        and "__" not in p.stem[len(stem) + 2 :]
+    }
+    assert set(tables) == set(expected), f"{stem}: tables {sorted(tables)} vs {sorted(expected)}"
+    for table, df in tables.items():
+        # Captured under the former column names: renamed, values untouched.
+        ref = pd.read_parquet(expected[table]).rename(columns=RENAMED_COLUMNS)
+        df = df.reset_index(drop=True)
+        assert list(df.columns) == list(ref.columns), f"{stem} {table}: columns differ"
+        assert len(df) == len(ref), f"{stem} {table}: {len(df)} rows, expected {len(ref)}"
+        for col in ref.columns:
+            a, b = df[col], ref[col]
+            if pd.api.types.is_float_dtype(b) and pd.api.types.is_float_dtype(a):
+                tol = SCALE_TOL if x64 else 0.0
+                assert_close_to_scale(a.to_numpy(), b.to_numpy(), f"{stem} {table} {col}", tol)
+            else:
+                assert a.astype(str).tolist() == b.astype(str).tolist(), f"{stem} {table} {col}"
+
+
+def _params():
+    for name in CONFIGS:
+        marks = [pytest.mark.slow] if name in SLOW else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", _params())
+def test_float64_tables_unchanged(name, tmp_path):
+    compare_tables(name, produce_as_captured(name, tmp_path, x64=True), x64=True)
+
+
+CAPTURED_ON = (GOLDEN_F32 / "MACHINE.txt").read_text().strip()
+
+
+@pytest.mark.skipif(
+    machine() != CAPTURED_ON,
+    reason=f"float32 tables were captured on {CAPTURED_ON}; this is {machine()}",
+)
+@pytest.mark.parametrize("name", _params())
+def test_float32_tables_unchanged_on_the_capturing_machine(name, tmp_path):
+    compare_tables(name, produce_as_captured(name, tmp_path, x64=False), x64=False)
