@@ -340,10 +340,15 @@ def run_runs(
     rows = [params_of(points[i], path) for i, path in runs]
     params = pad_runs(rows, PARAM_KEYS, pad_to)
     out = jax.tree.map(lambda x: x[: len(rows)], program.run(params))
-    return _table(program, points, runs, rows, out, swept)
+    return _table(program, points[runs[0][0]], runs, params, out, swept)
 
 
-def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
+def _table(program: Program, point, runs, params, out, swept) -> pd.DataFrame:
+    """The rows of a batch of runs of one structure (``point``: any of its points;
+    ``params``: the batch, padded or not). Every run of a structure has the same
+    structural values, so those columns come from ``point`` once; the numeric ones from
+    ``params`` (as ``np.array`` of the runs' values, the dtypes those of the values);
+    the observables and singular values as one float64 block."""
     T = len(program.ts)
     n = len(runs)
     cols: dict[str, Any] = {
@@ -355,23 +360,23 @@ def _table(program: Program, points, runs, rows, out, swept) -> pd.DataFrame:
         ),
     }
     for k in config_lib.NUMERIC_KEYS:
-        cols[k] = np.repeat([r[k] for r in rows], T)
+        cols[k] = np.repeat(params[k][:n], T)
     depth = ("model.depth",) if program.depth != 2 else ()
+    flat = config_lib.flatten(point)
     for k in dict.fromkeys(STRUCT_COLUMNS + depth + tuple(swept)):
-        values = [config_lib.flatten(points[i])[k] for i, _ in runs]
-        if k == "model.r":  # a list of widths (depth L) is written as its text
-            values = [str(v) if isinstance(v, list) else v for v in values]
+        v = flat[k]
+        if k == "model.r" and isinstance(v, list):  # widths (depth L) written as text
+            v = str(v)
         if k.startswith("solver.") and not program.continuous:
-            values = [None] * len(values)  # optimizers use no ODE solver
-        cols[k] = np.repeat(values, T)
+            v = None  # optimizers use no ODE solver
+        cols[k] = np.repeat([v] * n, T)
     for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
         cols[k] = np.repeat([v] * n, T)
     if not program.schedule.constant:
         clock = unit_clock(program.ts, program.schedule, not program.continuous)
-        cols["lr_clock"] = np.repeat([r["dynamics.eta"] for r in rows], T) * np.tile(clock, n)
-    for name in program.observable_names:
-        cols[name] = out[name].reshape(-1).astype(np.float64)
-    sv = out["sv"].reshape(n * T, -1)
-    for j in range(sv.shape[1]):
-        cols[f"sv_{j + 1}"] = sv[:, j].astype(np.float64)
-    return pd.DataFrame(cols)
+        cols["lr_clock"] = np.repeat(params["dynamics.eta"][:n], T) * np.tile(clock, n)
+    names = list(program.observable_names)
+    values = np.concatenate([np.stack([out[m] for m in names], -1), out["sv"]], -1)
+    sv = [f"sv_{j + 1}" for j in range(out["sv"].shape[-1])]
+    body = pd.DataFrame(values.reshape(n * T, -1).astype(np.float64), columns=names + sv)
+    return pd.concat([pd.DataFrame(cols), body], axis=1)

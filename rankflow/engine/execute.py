@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..config.callables import UNHASHABLE_CODE
@@ -125,21 +126,60 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
             warnings.simplefilter("ignore")
             tables = {t: store.load(out, table=t) for t in family.tables}
     else:
-        tables = {
-            t: store.sort_rows(pd.concat([f[t] for f in frames], ignore_index=True))
-            for t in family.tables
-        }
-    last = tables[family.status_table].groupby(["run_id", "path"], sort=False)["status"].last()
+        tables = {t: _rows([f[t] for f in frames]) for t in family.tables}
+    runs, last = _last_status(tables[family.status_table])
     summary = Summary(
-        runs=len(last),
-        diverged=int((last == "diverged").sum()),
-        max_steps=int((last == "max_steps").sum()),
+        runs=runs,
+        diverged=last.get("diverged", 0),
+        max_steps=last.get("max_steps", 0),
         seconds=time.perf_counter() - t0,
         chunks_run=ran,
         chunks_skipped=len(finished),
         redone=redone,
     )
     return family.result(tables), summary
+
+
+def _rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The chunks' frames of one table as one, in the canonical row order
+    (:func:`rankflow.engine.store.sort_rows`). One chunk already in that order, with the
+    default index, is returned as it is: sorting it would copy it unchanged."""
+    if len(frames) == 1 and _in_order(frames[0]):
+        return frames[0]
+    return store.sort_rows(pd.concat(frames, ignore_index=True))
+
+
+def _in_order(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s rows are in (run_id, path, t) order and its index is 0, 1, …"""
+    index = df.index
+    if type(index) is not pd.RangeIndex or index.name is not None:
+        return False
+    if not index.equals(pd.RangeIndex(len(df))):
+        return False
+    r, p, t = (np.diff(df[k].to_numpy()) for k in ("run_id", "path", "t"))
+    return bool(np.all((r > 0) | ((r == 0) & ((p > 0) | ((p == 0) & (t >= 0))))))
+
+
+def _last_status(table: pd.DataFrame) -> tuple[int, dict[str, int]]:
+    """The number of runs ``(run_id, path)`` of a table and how many of them have each
+    status at their last row that has one (the ``groupby(...)["status"].last()`` of
+    the table, counted from its arrays)."""
+    if not len(table):
+        return 0, {}
+    status = table["status"]
+    if isinstance(status.dtype, pd.CategoricalDtype):
+        codes, names = status.cat.codes.to_numpy(), status.cat.categories
+    else:
+        codes, names = pd.factorize(status)
+    r = table["run_id"].to_numpy().astype(np.int64)
+    p = table["path"].to_numpy().astype(np.int64)
+    key = (r - r.min()) * (int(p.max() - p.min()) + 1) + (p - p.min())
+    runs = len(np.unique(key))
+    has = codes >= 0  # groupby's last() skips missing values
+    # The last row of each run with a status: the first in reverse order.
+    _, first = np.unique(key[has][::-1], return_index=True)
+    counts = np.bincount(codes[has][::-1][first], minlength=len(names))
+    return runs, {str(name): int(c) for name, c in zip(names, counts)}
 
 
 def run(

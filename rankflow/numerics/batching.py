@@ -253,22 +253,23 @@ def shard(params: Mapping[str, np.ndarray], dtype_of: Callable[[str], Any]) -> d
     """A batch of 1-d parameter arrays on the devices: padded (with copies of its last
     run) to a multiple of their number and, with several, sharded across them, so each
     run's arithmetic is the same whatever the number of devices. ``dtype_of(key)``: the
-    traced dtype of each key (call under the program's ``jax.enable_x64``)."""
+    traced dtype of each key (call under the program's ``jax.enable_x64``). Cast on the
+    host and copied to the devices in one ``device_put`` (each run's values straight to
+    its device: no copy to the first device and reshard)."""
     import jax
-    import jax.numpy as jnp
 
     n = len(next(iter(params.values())))
     devices = jax.devices()
     padded = -(-n // len(devices)) * len(devices)
     batch = {
-        k: jnp.asarray(np.pad(np.asarray(v), (0, padded - n), mode="edge"), dtype_of(k))
+        k: np.asarray(np.pad(np.asarray(v), (0, padded - n), mode="edge"), np.dtype(dtype_of(k)))
         for k, v in params.items()
     }
     if len(devices) > 1:
         mesh = jax.sharding.Mesh(np.asarray(devices), ("runs",))
         sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
-        batch = jax.device_put(batch, sharding)
-    return batch
+        return jax.device_put(batch, sharding)
+    return jax.device_put(batch)
 
 
 def per_device(fn: Callable) -> Callable:
