@@ -270,7 +270,7 @@ class Program:
         """``make_optimizer`` of ``kind``, with the learning-rate schedule if any."""
         if self.schedule.constant:
             # The constant-η call keeps make_optimizer's three-argument form, which a
-            # stand-in optimizer (tests/test_mutants_discrete.py) also takes.
+            # stand-in optimizer (tests/claims/test_mutants_discrete.py) also takes.
             return make_optimizer(kind, hyper, key)
         return make_optimizer(kind, hyper, key, self.schedule)
 

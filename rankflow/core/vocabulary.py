@@ -135,7 +135,8 @@ def solver_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
 def adaptive_methods(dynamics: Mapping[str, Any]) -> tuple[str, ...]:
     """The solvers that can step adaptively for these (continuous) dynamics: those of
     :func:`solver_methods` with an error estimate."""
-    return tuple(m for m in solver_methods(dynamics) if solve_lib.has_error_estimate(m))
+    estimated = solve_lib.methods(solve_lib.has_error_estimate)
+    return tuple(m for m in solver_methods(dynamics) if m in estimated)
 
 
 def adaptive_by_default_methods() -> tuple[str, ...]:

@@ -16,6 +16,7 @@ the one list of names; the config's allowed values are :func:`methods` of it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -153,9 +154,11 @@ def levy_area(method: Solver) -> type[diffrax.AbstractBrownianIncrement]:
     raise ValueError(f"no Brownian increment provides {need.__name__}")
 
 
+@functools.cache
 def methods(*capabilities: Callable[[Solver], bool]) -> tuple[str, ...]:
     """The names in :data:`SOLVERS` (in its order) whose solver has every one of
-    ``capabilities`` (functions of a solver, as :func:`is_ito`)."""
+    ``capabilities`` (functions of a solver, as :func:`is_ito`). Cached: asking builds
+    every solver, and config validation asks for every point of a sweep."""
     return tuple(name for name in SOLVERS if all(can(name) for can in capabilities))
 
 
