@@ -37,6 +37,7 @@ __all__ = [
     "STR",
     "ConfigError",
     "Field",
+    "OneOf",
     "Schema",
     "check_size",
     "check_sweep",
@@ -107,6 +108,11 @@ class Field:
     # columns of the tables derive from this.
     traced: bool = False
 
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        """The allowed values of an enumerated key (for ``--help``), or None."""
+        return self.check.options if isinstance(self.check, OneOf) else None
+
 
 Schema = Mapping[str, Mapping[str, Field]]
 
@@ -121,9 +127,23 @@ def gt(lo):
     return lambda v: None if v > lo else f"must be > {lo}"
 
 
-def one_of(options):
+@dataclass(frozen=True)
+class OneOf:
+    """Check: value is one of ``options`` (``hint``: a did-you-mean for a near miss)."""
+
+    options: tuple[str, ...]
+    hint: bool = False
+
+    def __call__(self, v) -> str | None:
+        if v in self.options:
+            return None
+        error = f"must be one of {', '.join(self.options)}"
+        return error + suggest(v, self.options) if self.hint else error
+
+
+def one_of(options) -> OneOf:
     """Check: value is one of ``options``."""
-    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
+    return OneOf(tuple(options))
 
 
 # Seeds are traced as 32-bit integers: every seed in [0, 2³² − 1] gives its own PRNG key
@@ -138,10 +158,9 @@ def seed_range(v):
     return None if 0 <= v <= SEED_MAX else f"must be in [0, {SEED_MAX}] (a 32-bit PRNG seed)"
 
 
-def choice(options):
+def choice(options) -> OneOf:
     """Like :func:`one_of`, with a suggestion for a near miss."""
-    plain = one_of(options)
-    return lambda v: plain(v) and plain(v) + suggest(v, options)
+    return OneOf(tuple(options), hint=True)
 
 
 def suggest(name: str, options) -> str:
