@@ -8,6 +8,7 @@ and sets the function it runs (``func``): ``run`` (also ``sweep``), ``plot``,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..config.fields import ConfigError
@@ -34,23 +35,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
+# Exit status of a command whose reader closed its output early (128 + SIGPIPE), as
+# shells report a command that SIGPIPE ended (`git log | head`, `yes | head`).
+CLOSED_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``rankflow ARGV``. A user's mistake is one line on stderr: exit status 2 for
     a config error, 1 for a file that cannot be read or written; Ctrl-C exits 130,
-    saying whether ``--resume`` continues (finished chunks are kept).
+    saying whether ``--resume`` continues (finished chunks are kept). A reader that
+    stops early (``rankflow info --json | head -c 100``) ends any command quietly, exit
+    status 141, as SIGPIPE ends other commands (Python's note on SIGPIPE: what is left
+    to write goes to the null device).
 
     Before the command starts JAX, it asks for one CPU device per physical core
     (``RANKFLOW_CPU_DEVICES`` and XLA's flag choose otherwise) and single-threaded Eigen:
     :func:`rankflow.engine.devices.configure`, which leaves JAX's count, without an
     error, where JAX has started already (``main`` called inside a Python process)."""
+    try:
+        try:
+            return _command(argv)
+        finally:  # also after --help and usage errors (SystemExit): what they print
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return CLOSED_PIPE
+
+
+def _command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     devices.configure(via=devices.COMMAND)
     try:
         return args.func(args)
     except ConfigError as e:
         return _fail(str(e), 2)
+    except BrokenPipeError:
+        raise  # the reader has gone: nothing to say (main)
     except OSError as e:
         where = f" {e.filename}" if e.filename else ""
         return _fail(f"{e.strerror or e}:{where}" if e.strerror else str(e), 1)
@@ -59,6 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         hint = "; `--resume` continues" if resumable else ""
         print(f"rankflow: interrupted{hint}", file=sys.stderr)
         return INTERRUPTED
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout's file descriptor at the null device, so that the interpreter's
+    last flush of what is left to write finds no closed pipe (and says nothing)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (stdout captured)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _fail(message: str, status: int) -> int:
