@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..config.fields import ConfigError
 from .common import add_command, add_sweep_options, run_sweep, warnings_as_lines
+from .helptext import SWEEP_EXAMPLE, attention_epilog
 
 # The rebuttal experiments' figures (rankflow.attention.tables.LAYOUTS).
 REBUTTAL = ("lambda", "lr_control", "dh", "contrast")
@@ -30,8 +31,6 @@ def add_parser(sub) -> None:
 
 
 def _add_train(attention_sub) -> None:
-    from ..attention.config import keys_help
-
     att_train = add_command(
         attention_sub,
         "train",
@@ -42,12 +41,13 @@ def _add_train(attention_sub) -> None:
         "share one compiled, vmapped program per structure; each finished chunk is "
         "written atomically to DIR/results.parquet/ (heads) and DIR/loss.parquet/ "
         "(losses), so a killed run continues with --resume.",
-        epilog=keys_help(),
+        epilog=attention_epilog(),
     )
     add_sweep_options(
         att_train,
         "TOML config file (see sims/attention/)",
-        "override a config key, e.g. --set dynamics.lam=0.1 (repeatable; TOML literals)",
+        "override a config key, e.g. --set dynamics.lam=0.1, or sweep one: "
+        f"{SWEEP_EXAMPLE} (repeatable; values are TOML literals; see below)",
         "≤ 32 per structure",
     )
     att_train.add_argument(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..config.fields import ConfigError
 from ..core.config import parse_set
+from .helptext import WIDTH
 
 
 def add_command(
@@ -25,10 +27,12 @@ def add_command(
 ) -> argparse.ArgumentParser:
     """The parser of subcommand ``name`` (in ``sub``, an ``add_subparsers`` action),
     which runs ``func`` (None: a group of subcommands). An ``epilog`` (a table of
-    config keys) is printed as written."""
+    config keys) is printed as written, and the description wrapped here."""
     layout = {}
     if epilog is not None:
         layout = {"epilog": epilog, "formatter_class": argparse.RawDescriptionHelpFormatter}
+        if description is not None:
+            description = textwrap.fill(description, WIDTH, break_on_hyphens=False)
     parser = sub.add_parser(
         name, aliases=list(aliases), help=help, description=description, **layout
     )

@@ -6,6 +6,7 @@ import argparse
 
 from ..core import config as config_lib
 from .common import add_command, add_sweep_options, run_sweep
+from .helptext import SWEEP_EXAMPLE, run_epilog
 
 
 def add_parser(sub) -> None:
@@ -22,13 +23,13 @@ def add_parser(sub) -> None:
         "local devices; each finished chunk is written atomically to "
         "DIR/results.parquet/, so a killed sweep continues with --resume. "
         "`rankflow sweep` is the same command.",
-        epilog=config_lib.keys_help(),
+        epilog=run_epilog(),
     )
     add_sweep_options(
         run,
         "TOML config file (see sims/ for examples)",
-        "override a config key, e.g. --set dynamics.lam=0.1 (repeatable; "
-        "values are TOML literals, e.g. --set sweep.seed=[0,1,2])",
+        "override a config key, e.g. --set dynamics.lam=0.1, or sweep one: "
+        f"{SWEEP_EXAMPLE} (repeatable; values are TOML literals; see below)",
         "sized so a chunk needs ≲ 256 MiB",
     )
 
