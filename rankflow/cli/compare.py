@@ -36,7 +36,9 @@ def add_parser(sub) -> None:
         "its SME with the weak order (T10)",
         description="Run CONFIG.toml's optimizer (dynamics.kind: gd, sgd_gaussian, sgd, "
         "momentum or momentum_coupled) and the flow it discretises on the same problem, start and "
-        "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR.",
+        "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR. "
+        "With a [sweep] (or --set 'sweep.dynamics.eta=[0.05,0.1]'), every point is compared "
+        "and the tables are joined, with a sweep table of one row per point and sweep.png.",
         epilog=options_help(),
     )
     compare.add_argument("config", help="TOML config naming a discrete optimizer")

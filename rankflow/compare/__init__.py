@@ -38,6 +38,12 @@ Euler–Maruyama, the one Itô solver here (gradient and minibatch noise: multip
 The SME's own discretisation error, O(η·dt) at fixed ηt, is part of what ``weak``
 measures; it is first order in η as well, so it moves the constant, not the order.
 
+With a ``[sweep]`` (or ``--set 'sweep.dynamics.eta=[…]'``) every point is compared: the
+points of one structure run as one batch on each side (one compilation per structure and
+side), each table holds every point's rows after the columns ``point`` and ``sweep.KEY``,
+and the ``sweep`` table has one row per point (:mod:`.sweep`): the distance, GD's
+contraction, the order in η with its standard error, the SDE's z-scores.
+
 Options of the comparison itself are the keys of :data:`OPTIONS`, given as
 ``--set compare.KEY=VALUE``, ``overrides={"compare.KEY": value}``, or a ``[compare]``
 table of the config (a config with that table is for ``rankflow compare`` only).
@@ -48,7 +54,7 @@ and ``config.json``; figures are the caller's (``rankflow compare`` passes
 Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.run` (the two configs, their
 runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their columns),
 :mod:`.sme` (the SME tables and :func:`weak_order`),
-:mod:`.summary` (``summary.md``).
+:mod:`.summary` (``summary.md``), :mod:`.sweep` (the tables of a sweep joined).
 """
 
 from .options import OPTIONS as OPTIONS
@@ -57,7 +63,8 @@ from .run import compare as compare
 from .run import write as write
 from .sme import weak_order as weak_order
 from .summary import summary as summary
+from .sweep import SWEEP_COLUMNS as SWEEP_COLUMNS
 from .tables import COLUMNS as COLUMNS
 from .tables import SETTING as SETTING
 
-__all__ = ["COLUMNS", "OPTIONS", "compare", "weak_order", "write"]
+__all__ = ["COLUMNS", "OPTIONS", "SWEEP_COLUMNS", "compare", "weak_order", "write"]

@@ -22,6 +22,7 @@ from ..engine.writer import check_out, claimed
 from .options import Options, split_options
 from .sme import moments_table, side_observables, weak_table
 from .summary import summary
+from .sweep import at_point, join
 from .tables import (
     contraction_table,
     order_table,
@@ -71,33 +72,39 @@ def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
 
 def _resolve(
     config: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, Any], Options]:
-    """The optimizer's resolved config, its flow's (:func:`flow_config`) and the compare
-    options; sgd and sgd_gaussian with one path get ``options.paths``."""
+) -> tuple[dict[str, Any], Options, set[str]]:
+    """The optimizer's resolved config (with its ``[sweep]``, if any), the compare
+    options and the solver keys the user set (the flow's defaults fill the others)."""
     raw = config_lib.load_config(config)
     options, rest = split_options(raw, overrides)
     solver_set = set((raw.get("solver") or {}).keys())
     solver_set |= {k.split(".", 1)[1] for k in rest if k.startswith("solver.")}
-    cfg = config_lib.resolve(raw, rest)
+    solver_set |= {k.split(".", 2)[2] for k in rest if k.startswith("sweep.solver.")}
+    solver_set |= {k.split(".", 1)[1] for k in (raw.get("sweep") or {}) if k.startswith("solver.")}
+    return config_lib.resolve(raw, rest), options, solver_set
+
+
+def _pair(
+    point: Mapping[str, Any], options: Options, solver_set: set[str], where: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One point's optimizer config and its flow's (:func:`flow_config`); sgd and
+    sgd_gaussian with one path get ``options.paths``. ``where`` names the point in
+    errors (empty without a sweep)."""
+    cfg = copy.deepcopy(dict(point))
     kind = cfg["dynamics"]["kind"]
     if kind not in vocabulary.FLOW_OF:
         raise ConfigError(
             f"dynamics.kind: compare needs a discrete optimizer with a flow counterpart, "
-            f"one of {', '.join(vocabulary.FLOW_OF)}; got {kind!r}"
+            f"one of {', '.join(vocabulary.FLOW_OF)}; got {kind!r}{where}"
         )
     if cfg["model"]["depth"] != 2:
         raise ConfigError(
             f"model.depth: compare measures W = ABᵀ's balance (depth 2), got "
-            f"{cfg['model']['depth']}; run deeper products with rankflow run"
-        )
-    if cfg["sweep"]:
-        raise ConfigError(
-            f"sweep: compare runs one point, not a sweep (over {', '.join(cfg['sweep'])}); "
-            "remove [sweep] or use --set KEY=VALUE"
+            f"{cfg['model']['depth']}{where}; run deeper products with rankflow run"
         )
     if kind in ("sgd_gaussian", "sgd") and cfg["dynamics"]["paths"] == 1:
         cfg["dynamics"]["paths"] = options.paths
-    return cfg, flow_config(cfg, solver_set), options
+    return cfg, flow_config(cfg, solver_set)
 
 
 # --- what to run ------------------------------------------------------------------------
@@ -157,13 +164,12 @@ def _with_saves(cfg: Mapping[str, Any], ts: list[int]) -> dict[str, Any]:
     return config_lib.expand(config_lib.resolve(point))[0]
 
 
-def _run(
-    program: Program, point: Mapping[str, Any], runs: list[dict[str, Any]]
-) -> dict[str, np.ndarray]:
-    """Run ``program`` over ``runs`` (each: changes to the point's parameters, e.g.
-    ``{"path": 3}``); returns A, B as float64 ``(runs, saves, ·, ·)`` and status."""
-    rows = [params_of(point, 0) | r for r in runs]
-    out = program.run({k: np.array([r[k] for r in rows]) for k in PARAM_KEYS})
+def _run(program: Program, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Run ``program`` over ``rows`` (each one run's traced values, keys ``PARAM_KEYS``)
+    in one batch (adaptive solves mapped, one compilation: measuring the batching would
+    cost more compilations than a comparison's one batch saves); returns A, B as float64
+    ``(runs, saves, ·, ·)``, in the run's precision (``A_raw``, ``B_raw``) and status."""
+    out = program.run({k: np.array([r[k] for r in rows]) for k in PARAM_KEYS}, measure=False)
     A, B = out["theta"]
     return {
         "A_raw": A,
@@ -187,26 +193,62 @@ class _Side:
     states: dict[str, np.ndarray]
 
 
-def _run_both(cfg: dict[str, Any], flow_cfg: dict[str, Any], plan: _Plan) -> tuple[_Side, _Side]:
-    """The optimizer and its flow, each run over ``plan.runs``; the optimizer also saves
-    the contraction window, both save the order's horizons."""
+@dataclass(frozen=True)
+class _Point:
+    """One point of a comparison: the optimizer's config and its flow's, what to run,
+    and each side's point with the saves the tables read."""
+
+    cfg: dict[str, Any]
+    flow: dict[str, Any]
+    plan: _Plan
+    opt_point: dict[str, Any]
+    flow_point: dict[str, Any]
+
+
+def _point(cfg: dict[str, Any], flow_cfg: dict[str, Any], options: Options) -> _Point:
+    """The optimizer also saves the contraction window, both save the order's horizons."""
+    plan = _plan(cfg, options)
     opt_point = _with_saves(cfg, sorted({0, *plan.ts, *plan.horizons, *plan.window}))
     flow_point = _with_saves(flow_cfg, sorted({0, *plan.ts, *plan.horizons}))
-    opt_prog = program_for(opt_point, save="states")
-    flow_prog = program_for(flow_point, save="states")
-    opt = _Side(opt_point, opt_prog, _run(opt_prog, opt_point, plan.runs))
-    flow = _Side(flow_point, flow_prog, _run(flow_prog, flow_point, plan.runs))
-    return opt, flow
+    return _Point(cfg, flow_cfg, plan, opt_point, flow_point)
 
 
-def _tables(
-    cfg: dict[str, Any], flow_cfg: dict[str, Any], plan: _Plan, opt: _Side, flow: _Side
-) -> dict[str, pd.DataFrame]:
-    """The tables of a comparison: trajectory always, contraction for gd, order for
+def _run_all(points: list[_Point]) -> list[tuple[_Side, _Side]]:
+    """Both sides of every point: the points of one structure (the same programs) run as
+    one batch on each side, so that a structure compiles once on each side."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, p in enumerate(points):
+        key = (config_lib.structure_key(p.opt_point), config_lib.structure_key(p.flow_point))
+        groups.setdefault(key, []).append(i)
+    sides: dict[int, tuple[_Side, _Side]] = {}
+    for members in groups.values():
+        first = points[members[0]]
+        bounds = np.cumsum([0] + [len(points[i].plan.runs) for i in members])
+        pair = []
+        for name in ("opt_point", "flow_point"):
+            program = program_for(getattr(first, name), save="states")
+            rows = [
+                params_of(getattr(points[i], name), 0) | r
+                for i in members
+                for r in points[i].plan.runs
+            ]
+            pair.append((program, _run(program, rows)))
+        for j, i in enumerate(members):
+            part = slice(bounds[j], bounds[j + 1])
+            sides[i] = tuple(
+                _Side(getattr(points[i], name), program, {k: v[part] for k, v in states.items()})
+                for name, (program, states) in zip(("opt_point", "flow_point"), pair, strict=True)
+            )
+    return [sides[i] for i in range(len(points))]
+
+
+def _tables(p: _Point, opt: _Side, flow: _Side) -> dict[str, pd.DataFrame]:
+    """The tables of one point: trajectory always, contraction for gd, order for
     deterministic pairs, sde for sgd_gaussian with parameter noise, moments and weak
     for SME pairs (:func:`sme_pair`)."""
+    cfg, plan = p.cfg, p.plan
     m, n = opt.program.problem.shape
-    setting = setting_of(cfg, flow_cfg, m, n)
+    setting = setting_of(cfg, p.flow, m, n)
     kind, ts, horizons = cfg["dynamics"]["kind"], plan.ts, plan.horizons
     sme = sme_pair(cfg)
     stochastic = kind in ("sgd_gaussian", "sgd")
@@ -256,38 +298,52 @@ def compare(
 
     Args:
       config: a TOML path or nested dict naming a discrete optimizer with a flow
-        counterpart (``dynamics.kind`` in ``vocabulary.FLOW_OF``), without a ``[sweep]``;
-        an optional ``[compare]`` table sets :data:`OPTIONS`.
+        counterpart (``dynamics.kind`` in ``vocabulary.FLOW_OF``); an optional
+        ``[compare]`` table sets :data:`OPTIONS`. With a ``[sweep]``, every point is
+        compared (the points of one structure in one batch: one compilation per
+        structure and side) and the tables are joined (:mod:`.sweep`).
       out: a directory to write the tables (``NAME.parquet``, ``NAME.csv``),
         ``summary.md`` and ``config.json`` into.
-      overrides: dotted keys, e.g. ``{"dynamics.lam": 0.1, "compare.window": 20}``.
+      overrides: dotted keys, e.g. ``{"dynamics.lam": 0.1, "compare.window": 20}`` or
+        ``{"sweep.dynamics.eta": [0.05, 0.1]}``.
       figures: ``figures(tables, out)`` draws the tables' figures into ``out`` (with
         ``out``), e.g. ``rankflow.plots.write_compare_figures`` (``NAME.png``, as
-        ``rankflow compare`` does); ``summary.md`` then lists them.
+        ``rankflow compare`` does; a sweep's figures show the sweep); ``summary.md``
+        then lists them.
 
     Returns:
       ``{"trajectory", "contraction" (gd), "order" (deterministic pairs), "sde"
       (sgd_gaussian with parameter noise), "moments" and "weak" (SME pairs: sgd, and
       sgd_gaussian with noise = gradient)}`` → DataFrames with the columns of
-      :data:`COLUMNS`.
+      :data:`COLUMNS`; with a sweep, each table holds every point's rows after the
+      columns ``point`` and ``sweep.KEY`` (the point's value of each swept key), and
+      ``"sweep"`` has one row per point (``COLUMNS["sweep"]``).
 
     Raises:
-      ConfigError: on an invalid config or option, or a dynamics without a flow.
+      ConfigError: on an invalid config or option, or a dynamics without a flow, at any
+        point of a sweep, before anything is compiled.
     """
     t_start = time.perf_counter()
     if out is not None:
         check_out(out, "compare")  # before any work: never into a folder not rankflow's
-    cfg, flow_cfg, options = _resolve(config, overrides)
-    plan = _plan(cfg, options)
-    opt, flow = _run_both(cfg, flow_cfg, plan)
-    tables = _tables(cfg, flow_cfg, plan, opt, flow)
+    cfg, options, solver_set = _resolve(config, overrides)
+    swept = list(cfg["sweep"])
+    points = list(config_lib.expand(cfg)) if swept else [cfg]
+    pairs = [
+        _point(*_pair(point, options, solver_set, at_point(point, swept)), options)
+        for point in points
+    ]
+    per_point = [_tables(p, *sides) for p, sides in zip(pairs, _run_all(pairs), strict=True)]
+    tables = join(per_point, [p.cfg for p in pairs], swept) if swept else per_point[0]
     if out is not None:
         meta = {
-            "optimizer": config_lib.to_json(cfg),
-            "flow": config_lib.to_json(flow_cfg),
-            "compare": asdict(options) | {"order_t1": plan.order_t1},
+            "optimizer": config_lib.to_json(cfg if swept else pairs[0].cfg),
+            "flow": config_lib.to_json(pairs[0].flow),
+            "compare": asdict(options) | {"order_t1": pairs[0].plan.order_t1},
             "seconds": round(time.perf_counter() - t_start, 2),
         }
+        if swept:
+            meta["points"] = len(pairs)
         with claimed(out, "compare"):
             write(out, tables, meta, figures)
     return tables

@@ -25,6 +25,12 @@ def summary(
     ``NAME.png`` when ``figures``)."""
     traj = tables["trajectory"]
     s = traj.iloc[0]
+    if "sweep" in tables:
+        lines = _header(s, meta) + _sweep_section(tables["sweep"], meta)
+        files = _files_section(tables, figures=False)
+        if figures:
+            files.insert(-2, "- `sweep.png`: the measured numbers against the swept values")
+        return "\n".join(lines + files)
     lines = _header(s, meta) + _trajectory_section(traj)
     if "contraction" in tables:
         lines += _contraction_section(tables["contraction"])
@@ -234,6 +240,52 @@ def _weak_section(w: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
             f"- {name}: weak order {part['order'].iloc[0]:.3f} ± "
             f"{part['order_stderr'].iloc[0]:.3f}."
         )
+    return lines
+
+
+# The sweep section's columns (those a point has), with their headings.
+_SWEEP_HEADINGS = {
+    "status": "status",
+    "distance_final": "distance at the last save",
+    "ratio_min": "‖D‖ ratio min",
+    "ratio_max": "‖D‖ ratio max",
+    "gd_contraction": "(1 − ηλ)²",
+    "t5_deviation_max": "max \\|ratio − T5\\|",
+    "order": "order in η",
+    "order_stderr": "± SE",
+    "optimizer.z_max": "optimizer max \\|z\\| (T6)",
+    "flow.z_max": "flow max \\|z\\| (T6)",
+}
+
+
+def _sweep_section(sw: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
+    """One line per point of a sweep: its swept values and the measured numbers of
+    ``sweep.parquet``."""
+    swept = [c for c in sw.columns if c.startswith("sweep.")]
+    cols = [c for c in _SWEEP_HEADINGS if c in sw.columns]
+    cols += [c for c in sw.columns if c.startswith("weak_order.")]
+    heads = [c[len("sweep.") :] for c in swept] + [_SWEEP_HEADINGS.get(c, c) for c in cols]
+    lines = [
+        "",
+        f"## Sweep: {len(sw)} points over {', '.join(c[len('sweep.') :] for c in swept)}",
+        "",
+        "The header above describes point 0; every point's tables are in the files below "
+        "(columns `point` and `sweep.KEY`), one row per point in `sweep.parquet`.",
+        "",
+        "| point | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(heads),
+    ]
+    for _, row in sw.iterrows():
+        cells = [str(row[c]) if not isinstance(row[c], float) else f"{row[c]:g}" for c in swept]
+        cells += [_g(row[c]) if isinstance(row[c], float) else str(row[c]) for c in cols]
+        lines.append(f"| {row['point']} | " + " | ".join(cells) + " |")
+    if "order" in sw.columns:
+        o = sw["order"].to_numpy(float)
+        lines += [
+            "",
+            f"Order in η (T8; η halved {meta['compare']['halvings']} times at a fixed ηt at "
+            f"each point): {np.nanmin(o):.3f} – {np.nanmax(o):.3f} over the points.",
+        ]
     return lines
 
 

@@ -107,20 +107,24 @@ class Program:
         """The scalar columns of this program's table (``sv_1 …`` follow)."""
         return OBSERVABLES if self.depth == 2 else depth_observable_names(self.depth)
 
-    def run(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(
+        self, params: Mapping[str, np.ndarray], *, measure: bool = True
+    ) -> dict[str, np.ndarray]:
         """Run a batch of runs. With several devices, the batch is sharded across all of
         them (padded to a multiple of their number); each run's arithmetic is the same
-        whatever the number of devices."""
+        whatever the number of devices. ``measure=False``: adaptive solves are mapped
+        without measuring the batching (one compilation; for one-off batches, where the
+        measurement's compilations would cost more than they save)."""
         n = len(params["seed"])
         with jax.enable_x64(self.point["x64"]):
             batch = shard({k: params[k] for k in PARAM_KEYS}, self._param_dtype)
             if self._measured:
-                out = self._run_adaptive(batch, n)
+                out = self._run_adaptive(batch, n, measure)
             else:
                 out = self._jitted(batch)
             return jax.tree.map(lambda x: np.asarray(x)[:n], out)
 
-    def _run_adaptive(self, batch, n: int):
+    def _run_adaptive(self, batch, n: int, measure: bool = True):
         """A batch of adaptive solves. Under ``vmap`` they step in lockstep until the
         slowest run is done; one after another (``lax.map``) each takes its own steps.
         Which is faster depends on the spread of step counts, the sizes and the machine,
@@ -128,7 +132,7 @@ class Program:
         the batch (:func:`rankflow.numerics.batching.choose`) and cached; smaller batches use an
         earlier measurement of the structure, or ``lax.map`` (faster in every case
         measured here: 64 Tsit5 solves 0.52 s mapped, 2.84 s vmapped; BENCHMARKS.md)."""
-        if n >= MEASURE_FROM or self.key in batching.chosen():
+        if measure and (n >= MEASURE_FROM or self.key in batching.chosen()):
             return batching.run(self._single, batch, self.key)
         return batching.run(self._single, batch, self.key, strategy="map")
 

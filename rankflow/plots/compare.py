@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .common import axis_label, finish_figure, mask_log, save_figure
+from .compare_sweep import write_compare_sweep_figures
 
 __all__ = [
     "compare_contraction_figure",
@@ -405,8 +406,11 @@ FIGURES = {
 
 
 def write_compare_figures(tables: Mapping[str, pd.DataFrame], out: str | Path) -> list[Path]:
-    """Draw each table of a comparison (``rankflow.compare.compare``) to ``out/NAME.png``;
-    returns the paths written."""
+    """Draw each table of a comparison (``rankflow.compare.compare``) to ``out/NAME.png``,
+    or, over a sweep, its ``sweep`` table to ``out/sweep.png``
+    (:func:`.compare_sweep.write_compare_sweep_figures`); returns the paths written."""
+    if "sweep" in tables:
+        return write_compare_sweep_figures(tables, out)
     return [
         save_figure(FIGURES[name](df), Path(out) / f"{name}.png") for name, df in tables.items()
     ]
