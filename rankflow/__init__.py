@@ -4,7 +4,23 @@ Public API: :func:`run` (config → results table), :func:`load` (results direct
 table), :func:`resolve`, :class:`ConfigError`, and :func:`use_all_cores` (one JAX CPU
 device per core, as the ``rankflow`` command has). Importing rankflow has no side
 effects: it changes neither ``XLA_FLAGS`` nor JAX's config.
+
+The public subpackages (:data:`SUBPACKAGES`) are attributes of the package, each imported
+when first used, so that ``import rankflow`` stays as fast as the entry points need:
+
+- ``rankflow.theory``: the closed forms and exact identities (THEORY T1–T13), rate fits;
+- ``rankflow.core``: the factorised problems, their flows and optimizers, sweeps;
+- ``rankflow.attention``: the transformer family (the rebuttal's experiments);
+- ``rankflow.compare``: a discrete optimizer against the flow it discretises;
+- ``rankflow.inspect``: balance and rank of pretrained checkpoints;
+- ``rankflow.plots``: figures from results tables (the one part importing matplotlib);
+- ``rankflow.reproduce``: every claim of the paper as a test with a verdict;
+- ``rankflow.config``, ``rankflow.numerics``, ``rankflow.engine``: the shared layers
+  (config fields, diffrax/optax numerics, the sweep engine); ``rankflow.cli``: the command.
 """
+
+import importlib
+from typing import Any
 
 from .api import run as run
 from .config.fields import ConfigError as ConfigError
@@ -13,4 +29,28 @@ from .engine.devices import use_all_cores as use_all_cores
 from .engine.store import load as load
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "load", "resolve", "run", "use_all_cores"]
+SUBPACKAGES = (
+    "attention",
+    "cli",
+    "compare",
+    "config",
+    "core",
+    "engine",
+    "inspect",
+    "numerics",
+    "plots",
+    "reproduce",
+    "theory",
+)
+__all__ = ["SUBPACKAGES", "ConfigError", "load", "resolve", "run", "use_all_cores"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public subpackage, imported on first use (``rankflow.plots.quick_plot``)."""
+    if name in SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *SUBPACKAGES})

@@ -3,7 +3,8 @@
 differs is caught (exit status 1). ``python -m benchmarks.scaling --quick`` runs each
 device count in its own process and reports every column (slow: about a minute).
 ``python -m benchmarks.import_side_effects --quick`` finds a user's process unchanged by
-``import rankflow`` (issue #27)."""
+``import rankflow`` (issue #27); ``python -m benchmarks.import_time`` times the import
+against jax's and a baseline checkout's (issue #28)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,19 @@ def test_import_side_effects_script_finds_the_users_flags_and_devices_unchanged(
     assert "XLA_FLAGS and device count the same as plain" in res.stdout
     rows = [line for line in res.stdout.splitlines() if line.startswith("| ")]
     assert [r.split(" | ")[0] for r in rows[1:]] == ["| plain", "| import", "| use_all_cores"]
+
+
+@pytest.mark.slow
+def test_import_time_script_times_rankflow_jax_and_a_baseline():
+    res = _script("benchmarks.import_time", "--repeats", "1", "--baseline", str(ROOT))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[1:4]] == [
+        "import jax",
+        "import rankflow",
+        "import rankflow (baseline)",
+    ]
+    assert lines[-1].startswith("ratio rankflow/baseline: ")
 
 
 def _tables():
