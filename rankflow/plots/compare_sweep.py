@@ -63,7 +63,8 @@ def compare_sweep_figure(sw: pd.DataFrame, out_path: str | Path | None = None) -
     """The ``sweep`` table of ``rankflow.compare`` over a sweep: (a) the trajectory
     distance at the last save, (b) the order in η at a fixed ηt (T8, expect 1; or the
     SME's weak order), and, for GD, (c) 1 − the measured per-step ratio of ‖D‖_F with
-    its exact leading term 1 − (1 − ηλ)² dashed in each line's colour (T5)."""
+    its leading term 1 − (1 − ηλ)² dashed in each line's colour (T5; the rest of T5's
+    exact step, the loss gradient's part, fades as the run converges)."""
     x, groups = sweep_axes(sw)
     log_x = x != "point" and bool((sw[x] > 0).all())
     has_order = "order" in sw.columns
@@ -98,12 +99,21 @@ def compare_sweep_figure(sw: pd.DataFrame, out_path: str | Path | None = None) -
             shrink_min=1.0 - sw["ratio_max"],
             shrink_gd=1.0 - sw["gd_contraction"],
         )
-        measured["shrink_mid"] = 0.5 * (measured["shrink_max"] + measured["shrink_min"])
-        measured["shrink_half"] = 0.5 * (measured["shrink_max"] - measured["shrink_min"])
-        colours = _lines(ax, measured, x, groups, "shrink_mid", yerr="shrink_half", ls="none")
         parts = list(measured.groupby(groups, sort=True)) if groups else [((), measured)]
-        for colour, (_, part) in zip(colours, parts, strict=True):
+        colours = palette(len(parts), numeric=bool(groups))
+        for j, (colour, (key, part)) in enumerate(zip(colours, parts, strict=True)):
+            key = key if isinstance(key, tuple) else (key,)
+            label = ", ".join(value_label(g[len("sweep.") :], v) for g, v in zip(groups, key))
             part = part.sort_values(x)
+            # Bars of the groups side by side at each swept value (log x: a factor).
+            shift = 1.03 ** (j - (len(parts) - 1) / 2)
+            part = part.assign(**{x: part[x] * shift if log_x else part[x] + 0.1 * (shift - 1)})
+            # The range over the window: a bar from the smallest to the largest shrink
+            # (a step that grew ‖D‖ has no positive shrink and is left off the log axis).
+            lo = part["shrink_min"].where(part["shrink_min"] > 0, part["shrink_max"])
+            ax.vlines(part[x], lo, part["shrink_max"], color=colour, lw=4, alpha=0.8)
+            ax.plot(part[x], part["shrink_max"], "_", color=colour, ms=10)
+            ax.plot(part[x], lo, "_", color=colour, ms=10, label=f"{label or 'measured'}: range")
             ax.plot(part[x], part["shrink_gd"], "--", color=colour, lw=1.2)
         ax.plot([], [], "--", color="0.4", lw=1.2, label=r"$1-(1-\eta\lambda)^2$ (theory)")
         ax.text(
@@ -115,7 +125,7 @@ def compare_sweep_figure(sw: pd.DataFrame, out_path: str | Path | None = None) -
             fontsize="small",
         )
         ax.set_yscale("log")
-        ax.set_ylabel(r"$1-\|D_{k+1}\|_F/\|D_k\|_F$ over the window (range)")
+        ax.set_ylabel(r"$1-\|D_{k+1}\|_F/\|D_k\|_F$, its range over the window")
         ax.set_title("(c) GD's per-step contraction of ‖D‖_F (T5)")
     for ax in axes:
         _ticks_at(ax, sw[x].to_numpy(float), log_x)

@@ -15,7 +15,8 @@ vector ISA match it.
 The ten top-level float64 tables were captured by the pre-#13 code (commit bba76bc); the
 others (every config of ``sims/attention``, ``sims/noise`` and ``sims/reproduce``, and
 all float32 tables) by the pre-#27 code (commit 8af73a0), before the package moved into
-``config/``, ``engine/``, ``numerics/`` and ``core/``.
+``config/``, ``engine/``, ``numerics/`` and ``core/``; ``compare_sweep`` (a config added
+with issue #28) by the code that added it.
 
 ``python tests/claims/golden_tables.py [--only SUBSTRING] [--f32]`` rewrites the tables from the
 current code: run it only when a change of the tables is intended, and say so in the
@@ -77,6 +78,7 @@ SLOW = {
     "reproduce/rank_sensing",
     "compare_sgd",
     "compare_gd",
+    "compare_sweep",
     "attention/balance_sgd",
     "attention/balance_flow",
     "attention/balance_adamw",
