@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib as mpl
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -58,6 +59,21 @@ SYMBOLS = {
 }
 # Columns that describe a sweep's fixed setting, shown in figure titles when constant: its
 # kinds, then its hyperparameters.
+# The dynamics (``dynamics.kind``) as titles and legends name them.
+DYNAMICS_NAMES = {
+    "gd": "GD",
+    "sgd_gaussian": "SGD, Gaussian noise",
+    "sgd": "SGD, minibatches",
+    "momentum": "momentum (decoupled decay)",
+    "momentum_coupled": "momentum (L2 in the loss)",
+    "adamw": "AdamW",
+    "adam_l2": "Adam with L2 in the loss",
+    "gradient_flow": "gradient flow",
+    "stochastic_flow": "stochastic gradient flow",
+    "momentum_flow": "momentum flow",
+    "momentum_flow_coupled": "momentum flow (coupled)",
+    "stochastic_momentum_flow": "stochastic momentum flow",
+}
 KIND_KEYS = ("problem.kind", "dynamics.kind", "solver.method", "init.kind")
 SETTING_KEYS = KIND_KEYS + ("dynamics.eta", "dynamics.sigma", "init.scale")
 
@@ -68,6 +84,10 @@ def axis_label(col: str) -> str:
     if col.startswith("sv_"):
         return rf"singular value $\sigma_{{{col[3:]}}}(W)$"
     return col
+
+
+def dynamics_name(kind: str) -> str:
+    return DYNAMICS_NAMES.get(kind, kind)
 
 
 def fmt_value(value) -> str:
@@ -188,12 +208,50 @@ def setting_title(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
     return ", ".join(parts)
 
 
+def _plain_log_label(value: float, _pos=None) -> str:
+    return f"{value:g}"
+
+
+def _labelled_ticks(axis, lo: float, hi: float) -> int:
+    """How many tick labels (major and minor) the axis would draw inside [lo, hi]."""
+    count = 0
+    for locator, formatter in (
+        (axis.get_major_locator(), axis.get_major_formatter()),
+        (axis.get_minor_locator(), axis.get_minor_formatter()),
+    ):
+        ticks = [v for v in locator() if lo <= v <= hi]
+        formatter.set_locs(ticks)
+        count += sum(1 for i, v in enumerate(ticks) if formatter(v, i).strip())
+    return count
+
+
+def label_log_axes(fig: Figure) -> Figure:
+    """Give every log axis of ``fig`` that would show fewer than two tick labels (one
+    label, or none, cannot give a scale) labels at 1, 2 and 5 times each power of ten (1
+    to 9 on less than a factor 4), written plainly (``0.5``, ``1``, ``2``). Axes with
+    fixed ticks are left alone. Returns ``fig``."""
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale != "log" or not isinstance(axis.get_major_locator(), mticker.LogLocator):
+                continue
+            lo, hi = sorted(axis.get_view_interval())
+            if not (0 < lo < hi < np.inf) or _labelled_ticks(axis, lo, hi) >= 2:
+                continue
+            subs = (1.0, 2.0, 5.0) if hi / lo >= 4 else tuple(range(1, 10))
+            axis.set_major_locator(mticker.LogLocator(base=10, subs=subs))
+            axis.set_major_formatter(mticker.FuncFormatter(_plain_log_label))
+            axis.set_minor_formatter(mticker.NullFormatter())
+    return fig
+
+
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (parent folders created) at 150 dpi.
+    """Write ``fig`` to ``path`` (parent folders created) at 150 dpi, its short log axes
+    labelled (:func:`label_log_axes`).
 
     The format follows the suffix (PNG when there is none or it is ``.png``).
     Returns the path written.
     """
+    label_log_axes(fig)
     path = Path(path)
     if not path.suffix:
         path = path.with_suffix(".png")
@@ -205,7 +263,12 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
 def png_writer(fig: Figure) -> Callable[[Path], object]:
     """A writer of ``fig`` as a PNG to a given path (what ``rankflow.inspect`` calls
     with a temporary file, so the path's suffix does not choose the format)."""
-    return lambda p: fig.savefig(p, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+
+    def write(p: Path) -> None:
+        label_log_axes(fig)
+        fig.savefig(p, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
+
+    return write
 
 
 def finish_figure(
@@ -216,6 +279,7 @@ def finish_figure(
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(title)
+    label_log_axes(fig)
     if out_path is not None:
         save_figure(fig, out_path)
     return fig

@@ -12,8 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .common import (
+    SYMBOLS,
     axis_label,
     draw_median,
+    dynamics_name,
+    fmt_value,
     lr_clock,
     ok_values,
     palette,
@@ -27,6 +30,54 @@ from .common import (
 __all__ = ["balance_figure", "quick_plot"]
 
 
+# quick_plot draws one line per combination of the swept columns up to this many lines;
+# beyond, it pools the columns other than ``hue`` and says so in its title.
+MAX_LINES = 24
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def swept_columns(df: pd.DataFrame, exclude: Sequence[str | None] = ()) -> list[str]:
+    """The columns a sweep varies, in table order: config columns (dotted names, constant
+    within each run) that differ between runs, seeds left out (a line's runs are its seeds
+    and paths), each kept only when it tells apart runs that the earlier ones do not (a
+    column derived from a swept one adds nothing)."""
+    runs = run_columns(df)
+    first = df.drop_duplicates(subset=runs) if runs else df  # one row per run
+    keys = [c for c in exclude if c is not None and c in df.columns and c != "t"]
+    keys = [c for c in keys if not runs or _constant_per_run(df, runs, c)]
+    combos = len(first[keys].drop_duplicates()) if keys else 1
+    cols: list[str] = []
+    for c in df.columns:
+        if "." not in c or c in exclude or c.rsplit(".", 1)[-1] == "seed":
+            continue
+        if first[c].nunique(dropna=True) < 2:
+            continue
+        if runs and not _constant_per_run(df, runs, c):
+            continue  # varies within a run: an observable, not a setting
+        n = len(first[keys + cols + [c]].drop_duplicates())
+        if n > combos:
+            cols.append(c)
+            combos = n
+    return cols
+
+
+def _constant_per_run(df: pd.DataFrame, runs: list[str], col: str) -> bool:
+    return bool((df.groupby(runs, sort=False)[col].nunique(dropna=False) <= 1).all())
+
+
+def _sorted_unique(frame: pd.DataFrame) -> list[tuple]:
+    """The distinct rows of ``frame`` as tuples, sorted where the values allow it."""
+    rows = list(dict.fromkeys(map(tuple, frame.itertuples(index=False, name=None))))
+    try:
+        return sorted(rows)
+    except TypeError:  # mixed types: keep table order
+        return rows
+
+
+def _symbol(col: str) -> str:
+    return SYMBOLS.get(col, col)
+
+
 def quick_plot(
     df: pd.DataFrame,
     x: str = "t",
@@ -38,14 +89,18 @@ def quick_plot(
     *,
     out_path: str | Path | None = None,
 ) -> Figure:
-    """One curve of ``y`` against ``x`` per value of the column ``hue``.
+    """One curve of ``y`` against ``x`` per combination of the swept columns.
 
-    Each curve is the median over all rows sharing ``(hue, x)`` — i.e. over seeds and
-    paths — with an interquartile band where more than one run contributes. Non-``ok``
-    rows and NaNs are ignored; with ``logy`` values ``≤ 0`` are masked. To plot a
-    final-time quantity against a hyperparameter, filter the table first
-    (e.g. ``df[df.t == df.t.max()]``). Draws into ``ax`` when given (and returns its
-    figure), else into a new figure; writes it to ``out_path`` when given.
+    The swept columns are the config columns that differ between runs
+    (:func:`swept_columns`: λ, η, scales, …; seeds excluded); ``hue`` is one of them, drawn
+    as colour, the others as line style. Each curve is the median over the runs of its
+    combination (its seeds and paths) at each ``x``, with their interquartile band where
+    more than one run contributes. With more than :data:`MAX_LINES` combinations the swept
+    columns other than ``hue`` are pooled, and the title says which. Non-``ok`` rows and NaNs
+    are ignored; with ``logy`` values ``≤ 0`` are masked. To plot a final-time quantity
+    against a hyperparameter, filter the table first (e.g. ``df[df.t == df.t.max()]``).
+    Draws into ``ax`` when given (and returns its figure), else into a new figure; writes
+    it to ``out_path`` when given.
     """
     for col in (x, y) + ((hue,) if hue is not None else ()):
         if col not in df.columns:
@@ -57,39 +112,66 @@ def quick_plot(
     else:
         fig = ax.get_figure(root=True)
 
+    others = swept_columns(df, exclude=(hue, x, y))
+    hue_values = _sorted_unique(df[[hue]]) if hue is not None else [()]
+    other_values = _sorted_unique(df[others]) if others else [()]
+    pooled: list[str] = []
+    if len(hue_values) * len(other_values) > MAX_LINES:
+        pooled, others, other_values = others, [], [()]
+    keys = ([hue] if hue is not None else []) + others
     vals = ok_values(df, y)
-    if hue is None:
-        groups = [(None, df.index)]
+    if hue is not None:
+        colors = dict(zip(hue_values, palette(len(hue_values), _numeric(df, hue)), strict=True))
     else:
-        keys = pd.Series(df[hue].to_numpy(), index=df.index)
-        uniq = keys.drop_duplicates()
-        try:
-            uniq = uniq.sort_values()
-        except TypeError:  # mixed types: keep table order
-            pass
-        groups = [(v, df.index[(keys == v) | (keys.isna() & pd.isna(v))]) for v in uniq]
-    numeric = hue is not None and pd.api.types.is_numeric_dtype(df[hue])
-    colors = palette(len(groups), numeric) if hue is not None else ["C0"]
-    for (value, idx), color in zip(groups, colors, strict=True):
-        label = None if hue is None else value_label(hue, value)
-        draw_median(ax, df.loc[idx], x, vals.loc[idx], log=logy, color=color, label=label)
+        colors = dict(zip(other_values, palette(len(other_values), _numeric(df, *others))))
+    for combo in _sorted_unique(df[keys]) if keys else [()]:
+        sel = np.ones(len(df), bool)
+        for col, value in zip(keys, combo, strict=True):
+            sel &= (df[col] == value).to_numpy() | (df[col].isna() & pd.isna(value)).to_numpy()
+        rest = combo[1:] if hue is not None else combo
+        color = colors[combo[:1]] if hue is not None else colors.get(rest, "C0")
+        style = LINESTYLES[other_values.index(rest) % len(LINESTYLES)] if hue is not None else "-"
+        label = ", ".join(value_label(c, v) for c, v in zip(keys, combo, strict=True)) or None
+        idx = df.index[sel]
+        draw_median(ax, df.loc[idx], x, vals.loc[idx], log=logy, color=color, ls=style, label=label)
 
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(axis_label(x))
     ax.set_ylabel(axis_label(y))
     ax.grid(True, which="major", alpha=0.3)
-    if hue is not None and ax.lines:
-        ax.legend(title=axis_label(hue), fontsize="small")
+    if keys and ax.lines:
+        legend_title = axis_label(hue) if keys == [hue] else ", ".join(map(_symbol, keys))
+        ax.legend(title=legend_title, fontsize="small")
     if title is None:
-        title = f"{y} vs {x}: median over runs (band: interquartile range)"
-        setting = setting_title(df, skip=(hue,) if hue else ())
+        title = f"{y} vs {x}: " + _pooling_text(df, pooled)
+        setting = setting_title(df, skip=tuple(keys + pooled))
         if setting:
             title += f"\n{setting}"
     ax.set_title(title, fontsize="medium")
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+def _numeric(df: pd.DataFrame, *cols: str) -> bool:
+    return len(cols) == 1 and pd.api.types.is_numeric_dtype(df[cols[0]])
+
+
+def _pooling_text(df: pd.DataFrame, pooled: list[str]) -> str:
+    """What each curve's median runs over: its seeds and paths, and the pooled columns."""
+    if not pooled:
+        return "median over each line's runs (seeds, paths; band: their interquartile range)"
+    what = "; ".join(
+        f"{_symbol(c)} ∈ {{{', '.join(fmt_value(v) for (v,) in _sorted_unique(df[[c]])[:6])}"
+        + (", …" if df[c].nunique() > 6 else "")
+        + "}"
+        for c in pooled
+    )
+    return (
+        f"median over runs POOLED across {what} (too many combinations to draw; band: "
+        "interquartile range over the pooled runs)"
+    )
 
 
 def _final_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -113,13 +195,19 @@ def balance_figure(
       (a) ``nuclear_norm`` (solid) and ``l2_penalty`` (dashed) against t: for λ > 0
           they meet (T1: equality iff balanced);
       (b) ``balance_gap`` (solid) and ``frob_minus_nuc`` (dotted) against t on a log
-          axis, with the T4 prediction ``balance_gap(t₀)·exp(−2λ∫_{t₀}^t η)`` dashed
-          grey per λ (t₀ the first saved time; η from ``dynamics.eta``, per run, and
-          ∫η = η(t − t₀) unless the table holds a learning-rate schedule);
+          axis, with the prediction of the table's dynamics dashed grey per λ, from
+          ``balance_gap(t₀)`` (t₀ the first saved time; η from ``dynamics.eta``, per run):
+          for GD (``dynamics.kind = gd``) T5's leading term ``(1 − ηλ)^{2(t − t₀)}``, for
+          other dynamics T4's ``exp(−2λ∫_{t₀}^t η)`` (∫η = η(t − t₀)), gradient flow's law
+          (for the other dynamics a reference); under a learning-rate schedule (the
+          table's ``lr_clock``) ``exp(−2λ·(clock − clock₀))``, exact for gradient flow
+          and T5's leading term to O(η²λ²) per step for GD. The panel's title names the
+          dynamics and the result drawn;
       (c) each run's final singular values ``sv_i`` (at its last t, runs not ``ok``
           there left out) against λ, and — when ``target_sv`` (the singular values
-          ``s_i`` of the target) is given — the T3 soft-thresholding prediction
-          ``max(s_i − λ, 0)`` dashed. T3's prediction is the minimiser for
+          ``s_i`` of the target, in any order) is given — the T3 soft-thresholding
+          prediction ``max(s_i − λ, 0)`` dashed, in the colour of ``sv_i`` (both
+          largest first). T3's prediction is the minimiser for
           ``L = ½‖W − S‖_F²`` (the ``diagonal`` problem), reached as t → ∞.
 
     Writes the figure to ``out_path`` when given.
@@ -141,7 +229,8 @@ def balance_figure(
     ]
 
     gap = ok_values(df, "balance_gap")
-    t4 = _t4_prediction(df, gap)
+    kinds = _kinds(df)
+    t4 = _balance_prediction(df, gap)
     for lam, color in zip(lams, colors, strict=True):
         sel = df["dynamics.lam"] == lam
         d = df[sel]
@@ -154,7 +243,7 @@ def balance_figure(
         )
 
     _label_norms_panel(ax_a, lam_handles)
-    _label_balance_panel(ax_b, lam_handles, df, gap)
+    _label_balance_panel(ax_b, lam_handles, df, gap, kinds)
     _spectrum_panel(ax_c, df, lams, target_sv)
 
     for ax in (ax_a, ax_b, ax_c):
@@ -169,10 +258,18 @@ def balance_figure(
     return fig
 
 
-def _t4_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
-    """Per-run T4 prediction gap(t₀)·e^{−2λ∫_{t₀}^t η} (t₀: the run's first finite gap), kept
-    only where the measurement exists so that the median runs over the same runs as the
-    measured curve."""
+def _kinds(df: pd.DataFrame) -> list[str]:
+    """The table's dynamics (``dynamics.kind``), sorted; empty when it does not say."""
+    if "dynamics.kind" not in df.columns:
+        return []
+    return sorted(str(k) for k in df["dynamics.kind"].dropna().unique())
+
+
+def _balance_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
+    """Per run, gap(t₀) times the balancing law of its dynamics (t₀: the run's first finite
+    gap): T5's leading term (1 − ηλ)^{2(t − t₀)} for GD, T4's e^{−2λ∫_{t₀}^t η} otherwise
+    (and under a learning-rate schedule); kept only where the measurement exists so that
+    the median runs over the same runs as the measured curve."""
     runs = run_columns(df)
     rid = df.groupby(runs, sort=False).ngroup() if runs else pd.Series(0, index=df.index)
     finite = pd.DataFrame({"rid": rid, "t": df["t"], "gap": gap})[np.isfinite(gap)]
@@ -181,9 +278,22 @@ def _t4_prediction(df: pd.DataFrame, gap: pd.Series) -> pd.Series:
     # ∫η: ηt, or the table's clock of the run's learning-rate schedule (T4 scheduled).
     clock = lr_clock(df, "dynamics.eta")
     lam = df["dynamics.lam"].astype(float)
-    return (gap0 * np.exp(-2.0 * lam * (clock - _at_start(rid, df["t"], t0, clock)))).where(
-        np.isfinite(gap)
-    )
+    exponent = -2.0 * lam * (clock - _at_start(rid, df["t"], t0, clock))
+    if "dynamics.kind" in df.columns:
+        steps = df["t"].astype(float) - t0
+        gd = (df["dynamics.kind"] == "gd") & _unscheduled(df)
+        eta = df["dynamics.eta"].astype(float)
+        with np.errstate(divide="ignore"):
+            t5 = 2.0 * steps * np.log(np.abs(1.0 - eta * lam))
+        exponent = exponent.where(~gd, t5)
+    return (gap0 * np.exp(exponent)).where(np.isfinite(gap))
+
+
+def _unscheduled(df: pd.DataFrame) -> pd.Series:
+    """Rows whose learning rate is constant (no ``lr_clock`` value)."""
+    if "lr_clock" not in df.columns:
+        return pd.Series(True, index=df.index)
+    return df["lr_clock"].isna()
 
 
 def _at_start(rid: pd.Series, t: pd.Series, t0: pd.Series, values: pd.Series) -> pd.Series:
@@ -207,8 +317,35 @@ def _label_norms_panel(ax_a: Axes, lam_handles: list[Line2D]) -> None:
     )
 
 
-def _label_balance_panel(ax_b: Axes, lam_handles: list[Line2D], df: pd.DataFrame, gap) -> None:
-    """Log axis on the measured range, text and legend of panel (b): balancing (T4)."""
+def _balance_law(df: pd.DataFrame, kinds: list[str]) -> tuple[str, str]:
+    """Panel (b)'s title and the legend text of its dashed line, naming the dynamics."""
+    scheduled = not _unscheduled(df).all()
+    names = ", ".join(dynamics_name(k) for k in kinds)
+    if kinds == ["gd"]:
+        if scheduled:
+            law = r"T5: gap$(0)\,e^{-2\lambda\sum_k\eta_k}$ (theory, GD's leading term)"
+        else:
+            law = r"T5: gap$(0)\,(1-\eta\lambda)^{2t}$ (theory, GD's leading term)"
+        return r"(b) GD: balancing by $(1-\eta\lambda)^2$ per step (T5)", law
+    t4 = (
+        r"T4: gap$(0)\,e^{-2\eta\lambda t}$"
+        if not scheduled
+        else r"T4: gap$(0)\,e^{-2\lambda\int\eta}$"
+    )
+    if kinds in ([], ["gradient_flow"]):
+        who = "gradient flow: " if kinds else ""
+        return rf"(b) {who}balancing at rate $2\eta\lambda$ (T4)", t4 + " (theory)"
+    if "gd" in kinds:
+        law = t4 + r"; GD: T5's $(1-\eta\lambda)^{2t}$ (theory)"
+    else:
+        law = t4 + " (gradient flow's law, theory for reference)"
+    return rf"(b) {names}: balancing beside gradient flow's rate $2\eta\lambda$ (T4)", law
+
+
+def _label_balance_panel(
+    ax_b: Axes, lam_handles: list[Line2D], df: pd.DataFrame, gap, kinds: list[str]
+) -> None:
+    """Log axis on the measured range, text and legend of panel (b): balancing (T4, T5)."""
     tlab = axis_label("t")
     ax_b.set_yscale("log")
     # Theory lines keep decaying below what the measurement can resolve (rounding floor):
@@ -218,18 +355,23 @@ def _label_balance_panel(ax_b: Axes, lam_handles: list[Line2D], df: pd.DataFrame
     if measured.size:
         ax_b.set_ylim(bottom=measured.min() / 10, top=measured.max() * 3)
     ax_b.set(xlabel=tlab, ylabel="imbalance (log scale)")
-    ax_b.set_title(r"(b) balancing at rate $2\eta\lambda$ (T4)", fontsize="medium")
+    title, law = _balance_law(df, kinds)
+    ax_b.set_title(title, fontsize="medium")
     ax_b.legend(
         handles=lam_handles
         + [
             Line2D([], [], color="k", label=axis_label("balance_gap")),
             Line2D([], [], color="k", ls=":", label=r"$\frac{1}{2}(\|A\|_F^2+\|B\|_F^2)-\|W\|_*$"),
-            Line2D(
-                [], [], color="0.25", ls="--", label=r"T4: gap$(0)\,e^{-2\eta\lambda t}$ (theory)"
-            ),
+            Line2D([], [], color="0.25", ls="--", label=law),
         ],
         fontsize="small",
     )
+
+
+def descending(values: Sequence[float]) -> np.ndarray:
+    """Singular values in the order of the table's ``sv_1, sv_2, …``: largest first (a
+    config may list the target's in any order, e.g. ascending)."""
+    return np.sort(np.asarray(values, dtype=float))[::-1]
 
 
 def _spectrum_panel(ax_c: Axes, df: pd.DataFrame, lams, target_sv) -> None:
@@ -252,7 +394,7 @@ def _spectrum_panel(ax_c: Axes, df: pd.DataFrame, lams, target_sv) -> None:
         )
     handles = []
     if target_sv is not None:
-        s = np.asarray(target_sv, dtype=float)
+        s = descending(target_sv)  # σ_i: the i-th largest, as the columns sv_i
         grid = np.linspace(0.0, max(float(lams.max()) if len(lams) else 0.0, 1e-12) * 1.05, 200)
         for i, si in enumerate(s):
             ax_c.plot(grid, np.maximum(si - grid, 0.0), color=sv_colors[i], ls="--", lw=1.2)

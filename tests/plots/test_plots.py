@@ -160,11 +160,16 @@ def test_quick_plot_masks_nonpositive_on_log_axis(table):
 
 
 def test_quick_plot_into_given_axes_without_hue(table):
+    """Without ``hue`` the swept λ still gets a line of its own (never pooled silently)."""
     fig = Figure()
     ax = fig.add_subplot()
     assert quick_plot(table, y="nuclear_norm", ax=ax, title="mine") is fig
-    assert len(ax.lines) == 1 and ax.get_legend() is None and ax.get_title() == "mine"
+    assert len(ax.lines) == len(LAMS) and ax.get_title() == "mine"
+    assert legend_texts(ax) == [rf"$\lambda$ = {lam:g}" for lam in LAMS]
     assert ax.get_yscale() == "linear"
+    one = make_table(lams=(0.05,))
+    ax = quick_plot(one, y="nuclear_norm").axes[0]
+    assert len(ax.lines) == 1 and ax.get_legend() is None
 
 
 def test_quick_plot_unknown_column(table):
