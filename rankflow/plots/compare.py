@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .common import axis_label, finish_figure, mask_log, save_figure
+from .common import axis_label, dynamics_name, finish_figure, mask_log, save_figure
 from .compare_sweep import write_compare_sweep_figures
 
 __all__ = [
@@ -22,30 +22,21 @@ __all__ = [
     "write_compare_figures",
 ]
 
-_DYNAMICS_NAMES = {
-    "gd": "GD",
-    "sgd_gaussian": "SGD, Gaussian noise",
-    "sgd": "SGD, minibatches",
-    "momentum": "momentum (decoupled decay)",
-    "momentum_coupled": "momentum (L2 in the loss)",
-    "gradient_flow": "gradient flow",
-    "stochastic_flow": "stochastic gradient flow",
-    "momentum_flow": "momentum flow",
-    "momentum_flow_coupled": "momentum flow (coupled)",
-}
-
 
 def _dyn_name(kind: str) -> str:
-    return _DYNAMICS_NAMES.get(kind, kind)
+    return dynamics_name(kind)
 
 
-def _compare_setting(df: pd.DataFrame, eta: bool = True) -> str:
-    """``GD vs gradient flow (tsit5, adaptive) · sensing 8×6, r = 4 · η = 0.1, λ = 0.05``."""
+def _compare_setting(df: pd.DataFrame, eta: bool = True, flow: bool = True) -> str:
+    """``GD vs gradient flow (tsit5, adaptive) · sensing 8×6, r = 4 · η = 0.1, λ = 0.05``;
+    without ``flow`` (a figure of the optimizer alone) the optimizer's name only."""
     s = df.iloc[0]
     solve = f"{s['solver.method']}, " + (
         "adaptive" if s["solver.adaptive"] else f"fixed dt = {s['solver.dt']:g}"
     )
     pair = f"{_dyn_name(s['dynamics.kind'])} vs {_dyn_name(s['flow.kind'])} ({solve})"
+    if not flow:
+        pair = f"{_dyn_name(s['dynamics.kind'])} alone (its flow is not drawn)"
     hyper = ([f"η = {s['dynamics.eta']:g}"] if eta else []) + [f"λ = {s['dynamics.lam']:g}"]
     if s["dynamics.kind"] == "sgd_gaussian":
         hyper.append(f"σ = {s['dynamics.sigma']:g}")
@@ -143,20 +134,24 @@ def _gap_panel(ax_b, df: pd.DataFrame) -> None:
 
 
 def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> Figure:
-    """The ``contraction`` table of ``rankflow.compare`` (GD), against the step k:
+    """The ``contraction`` table of ``rankflow.compare`` (GD alone: its flow is not drawn),
+    against the step k:
 
     (a) the measured ratio ‖D_{k+1}‖_F/‖D_k‖_F (markers) beside the exact T5 one-step
-        prediction and the constants (1 − ηλ)² and e^{−2ηλ} (dashed);
-    (b) the absolute deviations of the measured ratio from each of the three (log
+        prediction and the per-step factors (1 − ηλ)² (T5's leading term), 1 − 2ηλ (T5's
+        late factor near a balanced minimum, the top of its bracket) and e^{−2ηλ}
+        (gradient flow's, T4), dashed; plain tick labels (no offset);
+    (b) the absolute deviations of the measured ratio from each of the four (log
         scale): T5 is exact to rounding, the constants miss the O(η²) term.
     """
     df = df.reset_index(drop=True)
     s = df.iloc[0]
     k = df["t"].to_numpy(float)
-    fig = Figure(figsize=(13, 4.8), layout="constrained")
+    fig = Figure(figsize=(13, 6.6), layout="constrained")
     ax_a, ax_b = fig.subplots(1, 2)
     gd_c, gf_c = float(s["gd_contraction"]), float(s["gf_contraction"])
-    ax_a.plot(k, df["ratio"], "o", ms=5, mfc="none", color="C0", label="measured")
+    late_c = 1.0 - 2.0 * float(s["dynamics.eta"]) * float(s["dynamics.lam"])
+    ax_a.plot(k, df["ratio"], "o", ms=5, mfc="none", color="C0", label="GD, measured")
     ax_a.plot(
         k,
         df["t5_ratio"],
@@ -166,24 +161,31 @@ def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = N
         label=r"T5 one step: $\|(1-\eta\lambda)^2D_k+\eta^2(B^\top G^\top GB"
         r"-A^\top GG^\top A)\|_F/\|D_k\|_F$",
     )
-    for c, color, label in (
-        (gd_c, "0.35", rf"$(1-\eta\lambda)^2$ = {gd_c:.6f} (T5, leading term)"),
-        (gf_c, "C2", rf"$e^{{-2\eta\lambda}}$ = {gf_c:.6f} (T4, gradient flow)"),
-    ):
-        ax_a.axhline(c, ls="--", color=color, lw=1.2, label=label)
+    constants = (
+        (gd_c, "0.35", "--", rf"$(1-\eta\lambda)^2$ = {gd_c:.6f} (T5, leading term)"),
+        (late_c, "C1", "-.", rf"$1-2\eta\lambda$ = {late_c:.6f} (T5, late, near a minimum)"),
+        (gf_c, "C2", ":", rf"$e^{{-2\eta\lambda}}$ = {gf_c:.6f} (T4, gradient flow's)"),
+    )
+    for c, color, ls, label in constants:
+        ax_a.axhline(c, ls=ls, color=color, lw=1.3, label=label)
+    ax_a.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax_a.set(
         xlabel="step k (optimizer steps)",
         ylabel=r"per-step ratio $\|D_{k+1}\|_F/\|D_k\|_F$, $D=A^\top A-B^\top B$",
     )
-    ax_a.set_title("(a) per-step contraction of the balance gap under GD", fontsize="medium")
-    ax_a.legend(fontsize="small")
+    ax_a.set_title(
+        "(a) GD: per-step contraction of the balance gap against T5's factors",
+        fontsize="medium",
+    )
+    ax_a.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14))
 
-    for col, color, text in (
-        ("t5_deviation", "C3", "T5 one-step prediction"),
-        ("gd_deviation", "0.35", r"$(1-\eta\lambda)^2$"),
-        ("gf_deviation", "C2", r"$e^{-2\eta\lambda}$"),
+    ratio = df["ratio"].to_numpy(float)
+    for v, color, text in (
+        (df["t5_deviation"].to_numpy(float), "C3", "T5 one-step prediction"),
+        (df["gd_deviation"].to_numpy(float), "0.35", r"$(1-\eta\lambda)^2$"),
+        (np.abs(ratio - late_c), "C1", r"$1-2\eta\lambda$"),
+        (df["gf_deviation"].to_numpy(float), "C2", r"$e^{-2\eta\lambda}$"),
     ):
-        v = df[col].to_numpy(float)
         zeros = int(np.sum(v == 0))
         label = f"|measured − {text}|" + (f" ({zeros} exact zeros not drawn)" if zeros else "")
         ax_b.plot(k, mask_log(v, True), "o-", ms=3, color=color, label=label)
@@ -191,9 +193,9 @@ def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = N
     ax_b.set(
         xlabel="step k (optimizer steps)", ylabel="absolute deviation of the ratio (log scale)"
     )
-    ax_b.set_title("(b) T5 is exact; the constants miss an O(η²) term", fontsize="medium")
+    ax_b.set_title("(b) GD: T5 is exact; the constants miss an O(η²) term", fontsize="medium")
     ax_b.legend(fontsize="small")
-    title = "Balance gap of GD, step by step (THEORY.md T5): " + _compare_setting(df)
+    title = "Balance gap of GD, step by step (THEORY.md T5): " + _compare_setting(df, flow=False)
     return finish_figure(fig, (ax_a, ax_b), title, out_path)
 
 
@@ -288,7 +290,7 @@ def compare_sde_figure(df: pd.DataFrame, out_path: str | Path | None = None) -> 
     )
     ax_a.set(xlabel=axis_label("t"), ylabel=axis_label("balance_trace"))
     ax_a.set_title("(a) mean over paths against T6", fontsize="medium")
-    ax_a.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    ax_a.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax_b.set(xlabel=axis_label("t"), ylabel=r"std over paths of $\mathrm{tr}(A^\top A-B^\top B)$")
     ax_b.set_title("(b) spread over paths", fontsize="medium")
     ax_b.legend(fontsize="small")
