@@ -18,9 +18,9 @@ __all__ = ["noise_models_figure"]
 
 # model → (label, colour)
 MODELS = {
-    "parameter": ("parameter noise (σ dW on A, B)", "C3"),
-    "gradient": ("gradient noise (σ dΞ on ∇_W L)", "C0"),
-    "minibatch": ("minibatch SME (Euler–Maruyama)", "C2"),
+    "parameter": ("stochastic flow, parameter noise (σ dW on A, B)", "C3"),
+    "gradient": ("stochastic flow, gradient noise (σ dΞ on ∇_W L)", "C0"),
+    "minibatch": ("stochastic flow, minibatch SME (Euler–Maruyama)", "C2"),
     "sgd": ("real minibatch SGD", "k"),
 }
 WRONG = {

@@ -136,8 +136,9 @@ def balancing_figure(
 ) -> Figure:
     """Six panels (``sgf_shape``: the SGF run's m, n, r): (a) fitted rate/(2ηλ) of GF
     and GD against 2ηλ, with T4's 1 and GD's T5 bracket dashed; (b) momentum flow against
-    μ/(ηλ), the T7 orbit rate dashed; (c) L_L2 − L_* beside its T2 bound and T4's
-    envelope (GF); (d) the balance gap of every dynamics at one (η, λ), e^{−2ηλt} dashed;
+    μ/(ηλ), the T7 orbit rate dashed; (c) L_L2 − L_* beside its T2 bound (dashed) and T4's
+    envelope (GF; wide and pale, since it equals the bound until rounding); (d) the
+    balance gap of every dynamics at one (η, λ), e^{−2ηλt} dashed;
     (e) AdamW's scale-free gap against t per λ; (f) SGF: tr D per path, its mean, and T6.
 
     The predictions are the caller's (``rankflow.theory``): ``rate_bracket(eta, lam)``
@@ -224,8 +225,11 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
         t = g["t"].to_numpy()
         ax.plot(t, positive(lam * g["frob_minus_nuc"]), color=color, lw=2,
                 label=f"λ = {lam:g}")  # fmt: skip
+        # Under gradient flow D(t) = e^{−2ηλt}D(0): the envelope is the T2 bound itself
+        # until rounding, so it is drawn wide and pale under the bound's dashes.
+        ax.plot(b["t"], positive(b["bound"]), color=color, lw=7, alpha=0.25, zorder=1,
+                solid_capstyle="butt")  # fmt: skip
         ax.plot(t, positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
-        ax.plot(b["t"], positive(b["bound"]), color=color, ls=":", lw=1.3)
     ax.set_yscale("log")
     floor = np.nanmin(positive(lams[0] * g_eta["frob_minus_nuc"]))
     ax.set_ylim(bottom=max(floor / 10, 1e-20))
@@ -235,8 +239,9 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
             Line2D([], [], color="k", lw=2, label=r"$L_{L2}-L_*$ measured"),
             Line2D([], [], color="k", ls="--", label=r"T2 bound $\frac{\lambda}{2}\|D(t)\|_*$"),
             Line2D(
-                [], [], color="k", ls=":",
-                label=r"tested: T4 envelope $\frac{\lambda}{2}e^{-2\eta\lambda t}\|D(0)\|_*$",
+                [], [], color="k", lw=7, alpha=0.25,
+                label=r"tested: T4 envelope $\frac{\lambda}{2}e^{-2\eta\lambda t}\|D(0)\|_*$"
+                "\n(wide, pale: equals the T2 bound until rounding)",
             ),
         ],
         fontsize="small",
@@ -511,7 +516,6 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
                 label="one head of one run, last step")  # fmt: skip
         med = last.groupby("dynamics.lam")["rel_gap"].median()
         ax.plot(np.arange(len(lams)), positive(med.reindex(lams)), "k-", lw=2, label="median")
-        ax.axhline(0, color="0.5")
         ax.set_xticks(np.arange(len(lams)), [f"{v:g}" for v in lams])
         ax.set_yscale("log")
         ax.set(xlabel=r"weight decay of attention $\lambda$ (categorical axis)",
