@@ -1,0 +1,390 @@
+"""A figure review that a test can run: :func:`check_figure` draws a matplotlib Figure and
+raises ``AssertionError`` listing every defect it finds.
+
+What it checks, on every axes of the figure:
+
+- **offset text**: no axis shows an offset or multiplier beside its ticks (``1e-5+9.9e-1``):
+  the tick labels must read as the values;
+- **log axes**: a log-scaled axis of an axes with data has at least two labelled ticks
+  inside its view limits (one label cannot give a scale);
+- **colour identifies a series**: where an axes' legend declares a line style as theory
+  ("… (theory)", "prediction"), has labelled series (markers or lines) and unlabelled lines
+  of that style without markers in a series' colour (theory beside its measurement), each
+  such line lies nearer, at the series' x (log space on a log axis; horizontal lines
+  by their height), to the series of its own colour than to a series of another colour;
+- **legends**: every legend entry in a non-grey colour has an artist with data of that
+  colour in its axes (grey and black entries are style keys: "dashed: theory");
+- **dynamics** (when the caller says which dynamics the figure plots, as
+  ``rankflow``'s ``dynamics.kind`` names): titles and legends name each of them, no title
+  names only dynamics that are not plotted (T4 counts as gradient flow), and no title
+  sets a plotted dynamics "vs" one that is not plotted.
+
+:func:`capture_figures` records the figures that ``Figure.savefig`` writes while a
+writer runs, so that the checks see the writers' own Figure objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import Collection
+from matplotlib.colors import to_rgba
+from matplotlib.container import ErrorbarContainer
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+# How titles and legends name each dynamics (rankflow's dynamics.kind); longer names are
+# matched first, so "stochastic gradient flow" is not also "gradient flow".
+DYNAMICS_NAMES = {
+    "gradient_flow": ("gradient flow", "GF", "gradient_flow"),
+    "stochastic_flow": (
+        "stochastic gradient flow",
+        "stochastic flow",
+        "stochastic GF",
+        "stochastic_flow",
+        "SGF",
+    ),
+    "momentum_flow": ("momentum flow", "momentum_flow"),
+    "gd": ("GD", "gd"),
+    "sgd": ("SGD", "sgd"),
+    "sgd_gaussian": ("SGD, Gaussian noise", "SGD", "sgd_gaussian"),
+    "momentum": ("momentum",),
+    "adamw": ("AdamW", "adamw"),
+}
+# Results that are statements about one dynamics: a title citing them refers to it.
+THEOREM_OF = {"T4": "gradient_flow"}
+
+
+# --- capture -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def capture_figures(monkeypatch) -> Iterator[list[Figure]]:
+    """Inside the block every ``Figure.savefig`` also appends its figure (once) to the
+    yielded list, then writes as before."""
+    seen: list[Figure] = []
+    original = Figure.savefig
+
+    def recording(self, *args, **kwargs):
+        if not any(f is self for f in seen):
+            seen.append(self)
+        return original(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(Figure, "savefig", recording)
+        yield seen
+
+
+# --- the review --------------------------------------------------------------------------
+
+
+def check_figure(fig: Figure, dynamics: Iterable[str] | None = None, name: str = "") -> None:
+    """Draw ``fig`` and raise ``AssertionError`` listing its defects (module docstring);
+    ``dynamics``: the ``dynamics.kind`` names that the figure plots, when known."""
+    problems = figure_problems(fig, dynamics)
+    if problems:
+        head = f"figure {name or _suptitle(fig)[:60]!r}: {len(problems)} defect(s)"
+        raise AssertionError("\n  ".join([head, *problems]))
+
+
+def figure_problems(fig: Figure, dynamics: Iterable[str] | None = None) -> list[str]:
+    """The defects of ``fig`` as lines of text (empty: none found)."""
+    fig.draw_without_rendering()  # ticks, labels and offsets as a drawing sets them
+    problems = []
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison:
+            continue
+        where = f"axes {i} {ax.get_title()[:50]!r}"
+        problems += [f"{where}: {p}" for p in _offset_problems(ax)]
+        problems += [f"{where}: {p}" for p in _log_tick_problems(ax)]
+        problems += [f"{where}: {p}" for p in _colour_problems(ax)]
+        if ax.get_legend() is not None:
+            problems += [f"{where}: {p}" for p in _legend_problems(ax.get_legend(), [ax])]
+    for legend in fig.legends:
+        problems += [f"figure legend: {p}" for p in _legend_problems(legend, fig.axes)]
+    if dynamics is not None:
+        problems += _dynamics_problems(fig, set(dynamics))
+    return problems
+
+
+def _suptitle(fig: Figure) -> str:
+    return fig._suptitle.get_text() if fig._suptitle is not None else ""
+
+
+def _has_data(ax: Axes) -> bool:
+    return any(_points(line)[0].size for line in ax.lines) or any(
+        len(c.get_paths()) for c in ax.collections
+    )
+
+
+def _offset_problems(ax: Axes) -> list[str]:
+    out = []
+    for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        text = axis.get_offset_text().get_text() if axis.get_offset_text().get_visible() else ""
+        formatter = axis.get_major_formatter()
+        offset = formatter.get_offset() if hasattr(formatter, "get_offset") else ""
+        if text.strip() or str(offset).strip():
+            out.append(f"{name} axis shows an offset/multiplier {(text or offset)!r}")
+    return out
+
+
+def _labelled_ticks(axis, lo: float, hi: float) -> list[str]:
+    """The texts of the axis' tick labels (major and minor) inside [lo, hi]."""
+    index = 0 if axis.axis_name == "x" else 1
+    texts = []
+    for label in axis.get_majorticklabels() + axis.get_minorticklabels():
+        pos = label.get_position()[index]
+        text = label.get_text().strip()
+        if text and label.get_visible() and lo * (1 - 1e-9) <= pos <= hi * (1 + 1e-9):
+            texts.append(text)
+    return texts
+
+
+def _log_tick_problems(ax: Axes) -> list[str]:
+    if not _has_data(ax):
+        return []
+    out = []
+    for name, axis, scale in (("x", ax.xaxis, ax.get_xscale()), ("y", ax.yaxis, ax.get_yscale())):
+        if scale != "log":
+            continue
+        lo, hi = sorted(axis.get_view_interval())
+        texts = _labelled_ticks(axis, lo, hi)
+        if len(set(texts)) < 2:
+            out.append(
+                f"log {name} axis on [{lo:.3g}, {hi:.3g}] has {len(set(texts))} labelled "
+                f"tick(s) {texts}: at least 2 needed to read values"
+            )
+    return out
+
+
+# --- colour identifies a series ------------------------------------------------------------
+
+
+def _rgb(color) -> tuple[float, float, float]:
+    r, g, b, _ = to_rgba(color)
+    return round(r, 3), round(g, 3), round(b, 3)
+
+
+def _neutral(rgb) -> bool:
+    return max(rgb) - min(rgb) < 0.05
+
+
+def _no_marker(line: Line2D) -> bool:
+    return line.get_marker() in (None, "None", "none", "", " ")
+
+
+def _points(line: Line2D) -> tuple[np.ndarray, np.ndarray]:
+    """A line's finite data points (x, y) as floats."""
+    try:
+        x = np.asarray(line.get_xdata(), dtype=float).ravel()
+        y = np.asarray(line.get_ydata(), dtype=float).ravel()
+    except (TypeError, ValueError):
+        return np.array([]), np.array([])
+    if x.size != y.size:
+        return np.array([]), np.array([])
+    ok = np.isfinite(x) & np.isfinite(y)
+    return x[ok], y[ok]
+
+
+def _labelled_series(ax: Axes) -> dict[tuple, list[tuple[np.ndarray, np.ndarray]]]:
+    """Colour → data of the labelled series of an axes (lines with a legend label, and
+    the data lines of labelled error bars)."""
+    series: dict[tuple, list] = {}
+    for line in ax.lines:
+        if not line.get_label().startswith("_"):
+            x, y = _points(line)
+            if x.size:
+                series.setdefault(_rgb(line.get_color()), []).append((x, y))
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer) and not str(c.get_label()).startswith("_"):
+            data_line = c.lines[0]
+            if data_line is not None:
+                x, y = _points(data_line)
+                if x.size:
+                    series.setdefault(_rgb(data_line.get_color()), []).append((x, y))
+    return series
+
+
+def _horizontal(ax: Axes, line: Line2D) -> bool:
+    """Whether ``line`` is an ``axhline`` (x in axes coordinates)."""
+    return line.get_transform() != ax.transData and _points(line)[0].size == 2
+
+
+def _distance(ax: Axes, theory: Line2D, x: np.ndarray, y: np.ndarray) -> float:
+    """Median distance (log10 on a log y axis) from the points (x, y) to ``theory`` at
+    their x; NaN when no point lies in the line's x range."""
+    logy, logx = ax.get_yscale() == "log", ax.get_xscale() == "log"
+    tx, ty = _points(theory)
+    if _horizontal(ax, theory):
+        at = np.full(x.size, ty[0])
+    else:
+        order = np.argsort(tx)
+        tx, ty = tx[order], ty[order]
+        inside = (x >= tx[0]) & (x <= tx[-1])
+        x, y = x[inside], y[inside]
+        if not x.size:
+            return np.nan
+        if logx and (tx > 0).all() and (x > 0).all():
+            at = np.interp(np.log(x), np.log(tx), ty)
+        else:
+            at = np.interp(x, tx, ty)
+    if logy:
+        ok = (at > 0) & (y > 0)
+        d = np.abs(np.log10(at[ok]) - np.log10(y[ok]))
+    else:
+        d = np.abs(at - y)
+    return float(np.median(d)) if d.size else np.nan
+
+
+def _theory_styles(ax: Axes) -> set[str]:
+    """The line styles that the axes' legend declares as theory ("… (theory)",
+    "prediction …")."""
+    legend = ax.get_legend()
+    if legend is None:
+        return set()
+    styles = set()
+    for handle, text in zip(legend.legend_handles, legend.get_texts()):
+        if isinstance(handle, Line2D) and re.search(r"theory|prediction", text.get_text(), re.I):
+            styles.add(handle.get_linestyle())
+    return styles - {"None", "none", "", " "}
+
+
+def _colour_problems(ax: Axes) -> list[str]:
+    styles = _theory_styles(ax)
+    if not styles:
+        return []
+    series = _labelled_series(ax)
+    colours = [c for c in series if not _neutral(c)]
+    if len(colours) < 2:
+        return []
+    out = []
+    for line in ax.lines:
+        colour = _rgb(line.get_color())
+        if (
+            colour not in colours
+            or not line.get_label().startswith("_")
+            or not _no_marker(line)
+            or line.get_linestyle() not in styles
+            or not _points(line)[0].size
+        ):
+            continue
+        dist = {}
+        for c in colours:
+            ds = [_distance(ax, line, x, y) for x, y in series[c]]
+            ds = [d for d in ds if np.isfinite(d)]
+            if ds:
+                dist[c] = min(ds)
+        if colour not in dist:
+            continue
+        own = dist[colour]
+        nearer = {c: d for c, d in dist.items() if c != colour and d < own / 2}
+        if nearer and own > 1e-12:
+            other = min(nearer, key=nearer.get)
+            out.append(
+                f"an unlabelled line coloured {colour} lies nearer the series coloured {other} "
+                f"(median distance {nearer[other]:.3g}) than its own colour's ({own:.3g}): "
+                "its colour names the wrong series"
+            )
+    return out
+
+
+# --- legends -------------------------------------------------------------------------------
+
+
+def _artist_colours(ax: Axes) -> set[tuple]:
+    """The colours of the artists with data in an axes."""
+    colours = set()
+    for line in ax.lines:
+        if _points(line)[0].size:
+            for c in (line.get_color(), line.get_markeredgecolor(), line.get_markerfacecolor()):
+                if c is not None and str(c) not in ("none", "None"):
+                    colours.add(_rgb(c))
+    for coll in ax.collections:
+        if isinstance(coll, Collection) and len(coll.get_paths()):
+            for c in list(coll.get_facecolors()) + list(coll.get_edgecolors()):
+                colours.add(_rgb(c))
+    for patch in ax.patches:
+        colours.add(_rgb(patch.get_facecolor()))
+        colours.add(_rgb(patch.get_edgecolor()))
+    return colours
+
+
+def _handle_colour(handle):
+    if isinstance(handle, Line2D):
+        if handle.get_linestyle() in ("None", "none", "", " ") and not _no_marker(handle):
+            return handle.get_markeredgecolor()
+        return handle.get_color()
+    if isinstance(handle, Patch):
+        return handle.get_facecolor()
+    if isinstance(handle, Collection) and len(handle.get_facecolors()):
+        return handle.get_facecolors()[0]
+    return None
+
+
+def _legend_problems(legend: Legend, axes: list[Axes]) -> list[str]:
+    plotted = set().union(*(_artist_colours(ax) for ax in axes)) if axes else set()
+    out = []
+    for handle, text in zip(legend.legend_handles, legend.get_texts()):
+        colour = _handle_colour(handle)
+        if colour is None:
+            continue
+        rgb = _rgb(colour)
+        if not _neutral(rgb) and rgb not in plotted:
+            out.append(
+                f"legend entry {text.get_text()!r} in colour {rgb} matches no plotted artist"
+            )
+    return out
+
+
+# --- dynamics in titles --------------------------------------------------------------------
+
+
+def _mentions(text: str) -> set[str]:
+    """The dynamics a text names (longest names first, each span counted once)."""
+    names = sorted(
+        ((alias, kind) for kind, aliases in DYNAMICS_NAMES.items() for alias in aliases),
+        key=lambda p: -len(p[0]),
+    )
+    found = set()
+    for alias, kind in names:
+        pattern = rf"(?<![A-Za-z_]){re.escape(alias)}(?![A-Za-z_])"
+        if re.search(pattern, text, re.I):
+            found.add(kind)
+            text = re.sub(pattern, " ", text, flags=re.I)
+    return found
+
+
+def _titles(fig: Figure) -> list[str]:
+    return [t for t in [_suptitle(fig)] + [ax.get_title() for ax in fig.axes] if t]
+
+
+def _legend_texts(fig: Figure) -> list[str]:
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    return [t.get_text() for lg in legends + list(fig.legends) for t in lg.get_texts()]
+
+
+def _dynamics_problems(fig: Figure, plotted: set[str]) -> list[str]:
+    out = []
+    titles = _titles(fig)
+    named = set().union(*(_mentions(t) for t in titles + _legend_texts(fig)))
+    for kind in sorted(plotted - named):
+        out.append(f"no title or legend names the plotted dynamics {kind!r}")
+    for title in titles:
+        said = _mentions(title)
+        cited = said | {k for t, k in THEOREM_OF.items() if re.search(rf"\b{t}\b", title)}
+        if cited - plotted and not said & plotted:
+            out.append(
+                f"title {title!r} names {sorted(cited - plotted)}, not plotted "
+                f"(plotted: {sorted(plotted)})"
+            )
+        if " vs " in title:
+            after = _mentions(title.split(" vs ", 1)[1].split("\n")[0])
+            if after - plotted:
+                out.append(f"title {title!r} sets the plot against {sorted(after - plotted)}")
+    return out
