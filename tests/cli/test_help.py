@@ -4,8 +4,8 @@
 config key with each of its allowed values (compared with the schema, and a dropped
 value fails), the results columns, every ``RANKFLOW_*`` variable the package reads and a
 ``--set`` sweep example that parses; a closed pipe (``rankflow info --json | head -c
-100``) ends quietly with exit status 141; the commands' default output folders and the
-README's are in ``.gitignore``."""
+100``) ends quietly with exit status 141; the commands' default output folders and those of
+the README's and the site's commands are in ``.gitignore``."""
 
 from __future__ import annotations
 
@@ -269,16 +269,20 @@ def _default_outputs() -> set[str]:
     return found
 
 
-def _readme_outputs() -> set[str]:
-    """The relative ``--out`` folders of the README's commands: figures, absolute paths
-    and placeholders (DIR) left out."""
-    text = (ROOT / "README.md").read_text()
+def _documented_outputs() -> set[str]:
+    """The relative ``--out`` folders of the commands in README.md and the site's pages
+    (docs/, where the README's guides moved): figures, absolute paths and placeholders
+    (DIR) left out."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text() for page in pages)
     outs = {o.strip("`") for o in re.findall(r"\brankflow [a-z].*?--out (\S+)", text)}
     return {o for o in outs if re.fullmatch(r"[a-z0-9_][\w/-]*", o)}
 
 
 def test_output_folders_are_ignored():
-    folders = _default_outputs() | _readme_outputs()
+    documented = _documented_outputs()
+    assert {"out/compare_sweep", "out/attention_vit"} <= documented  # the guides are read
+    folders = _default_outputs() | documented
     assert {"rankflow-demo", "rankflow-report"} <= folders
     paths = [f"{folder}/results.parquet" for folder in sorted(folders)]
     done = subprocess.run(
