@@ -1,5 +1,5 @@
 """Attention layers: a flax NNX transformer whose heads are factor pairs, trained with
-weight decay per parameter group and flowed in continuous time (THEORY.md,
+weight decay per parameter group and flowed in continuous time (docs/theory.md,
 "Attention layers").
 
 Public API: :func:`run` (config → ``Results(heads, loss)`` tables, optionally written to

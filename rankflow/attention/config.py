@@ -12,7 +12,7 @@ The quantities both families have take the core's names (one name per quantity):
 integer number of optimizer steps), ``save.rank_tol`` and ``solver.diverge_norm``. The
 former attention names (:data:`RENAMED`) are a one-line ConfigError naming the new key.
 
-Weight decay (THEORY.md conventions: the decay is ``−ηλθ`` per step) is set per
+Weight decay (docs/theory.md conventions: the decay is ``−ηλθ`` per step) is set per
 *parameter group* (:data:`GROUPS`): ``train.decay`` lists the decayed groups (the optax
 masks, structural), ``dynamics.lam`` is their λ, and ``train.lam_<group>`` overrides it
 for one group. Groups outside ``train.decay`` are never decayed (their ``lam_<group>`` is

@@ -2,7 +2,7 @@
 :func:`rankflow.numerics.solve.solve` as
 :func:`rankflow.numerics.solve.setup` builds it from the ``[solver]`` section.
 
-The state is the whole parameter pytree; the field is THEORY.md's
+The state is the whole parameter pytree; the field is docs/theory.md's
 ``dθ/dt = −η(∇L(θ) + λ_g θ)`` with ``λ_g`` the leaf's group decay (0 for groups outside
 ``train.decay``), on one fixed batch. Time is in optimizer steps (η inside the field),
 so the flow at ``t = k`` is what GD approximates after ``k`` steps. T4 per head:

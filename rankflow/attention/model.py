@@ -1,7 +1,7 @@
 """A decoder-only transformer in flax NNX whose heads are factor pairs.
 
 Per layer, attention keeps the per-head factors as separate parameters,
-``W_Q, W_K, W_V ∈ R^{H×D×d_h}`` and ``W_O ∈ R^{H×d_h×D}`` (THEORY.md, "Attention
+``W_Q, W_K, W_V ∈ R^{H×D×d_h}`` and ``W_O ∈ R^{H×d_h×D}`` (docs/theory.md, "Attention
 layers"): head h sees ``x`` only through ``W_Q^h W_K^hᵀ`` (key-query, D×D, rank ≤ d_h)
 and ``W_V^h W_O^h`` (value-output). Biases on q, k (``qk_bias``) and on v and the output
 (``vo_bias``) are off by default: they break that product form.
@@ -147,7 +147,7 @@ class Attention(nnx.Module):
     ) -> Float[Array, "B T D"]:
         """The probes, when given, are added to each head's products ``W_Q^h W_K^hᵀ`` and
         ``W_V^h W_O^h``: the gradient with respect to a probe at 0 is the gradient of the
-        loss with respect to that product (``G`` of THEORY.md)."""
+        loss with respect to that product (``G`` of docs/theory.md)."""
         B, T, D = x_BxTxD.shape
         q_BxHxTxd = jnp.einsum("btd,hde->bhte", x_BxTxD, self.W_Q[...])
         k_BxHxTxd = jnp.einsum("btd,hde->bhte", x_BxTxD, self.W_K[...])

@@ -1,12 +1,12 @@
 """Per-head observables of both factor pairs, from :func:`rankflow.core.observables.observables`.
 
-For layer l and head h (THEORY.md, "Attention layers"):
+For layer l and head h (docs/theory.md, "Attention layers"):
 
 - key-query (``pair = "qk"``): ``A = W_Q^h`` (D×d_h), ``B = W_K^h``, product
   ``W_Q^h W_K^hᵀ`` (D×D);
 - value-output (``pair = "vo"``): ``A = W_V^h``, ``B = W_O^hᵀ``, product ``W_V^h W_O^h``.
 
-Every column is the one of THEORY.md's observables table for that pair; the loss
+Every column is the one of docs/theory.md's observables table for that pair; the loss
 columns (``loss``, ``l2_loss``, ``star_loss``) are not per head and are left out (the
 model's losses are in the ``loss`` table).
 """

@@ -4,8 +4,8 @@ Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η)
 ``decay_g = optax.add_decayed_weights(λ_g, mask=group g)``, so a step is
 ``θ ← θ − η(u + λ_g θ)`` on decayed groups and ``θ ← θ − ηu`` elsewhere, with ``u``:
 
-- ``sgd``: the (minibatch) gradient (GD of THEORY.md on decayed groups);
-- ``momentum``: the EMA ``M ← (1−μ)M + μg`` (decoupled decay, THEORY.md's table);
+- ``sgd``: the (minibatch) gradient (GD of docs/theory.md on decayed groups);
+- ``momentum``: the EMA ``M ← (1−μ)M + μg`` (decoupled decay, docs/theory.md's table);
 - ``adamw``: Adam's direction; the chain is exactly ``optax.adamw`` with a mask.
 
 η, λ_g and μ are traced (one compilation serves a sweep of them); the masks are static.

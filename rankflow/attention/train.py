@@ -32,7 +32,7 @@ def loss_fn(model: Model, task: Task) -> Callable:
 
 
 def product_gradients(model: Model, task: Task, params, batch) -> dict[str, jax.Array]:
-    """``G`` of THEORY.md per head: the gradient of the loss with respect to each head's
+    """``G`` of docs/theory.md per head: the gradient of the loss with respect to each head's
     product, ``{"qk": ∇_{W_Q^h W_K^hᵀ} L, "vo": ∇_{W_V^h W_O^h} L}``, each of shape
     (layers, H, D, D), from probes added to the products at zero."""
     loss = loss_fn(model, task)

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
         None,
         help="a transformer whose heads are factor pairs: train it (optimizers with "
         "weight decay per parameter group, or gradient flow) and plot its heads",
-        description="Attention layers (THEORY.md): a flax NNX decoder-only transformer "
+        description="Attention layers (docs/theory.md): a flax NNX decoder-only transformer "
         "with per-head W_Q, W_K, W_V, W_O, weight decay per group (qk, vo, mlp, embed, "
         "norm) and per-head observables of both factor pairs.",
     )

@@ -7,7 +7,7 @@ start and hyperparameters (same seed ⇒ same data and start) through
 ``simulate.program_for(point, save="states")``, and measures, with time t in optimizer
 steps (step k against the flow at t = k):
 
-1. ``trajectory``: ‖θ_k − θ(k)‖_F with θ = (A, B) concatenated (THEORY.md T8). For
+1. ``trajectory``: ‖θ_k − θ(k)‖_F with θ = (A, B) concatenated (docs/theory.md, T8). For
    sgd_gaussian against the stochastic flow the two paths use different noise, so the
    distance is that of the *means over paths*, next to the Monte Carlo floor it would
    have if the true means were equal.
@@ -23,7 +23,7 @@ steps (step k against the flow at t = k):
    Carlo standard error of ``balance_trace`` = tr D over ``dynamics.paths`` paths for
    the optimizer and the stochastic flow, next to the closed form of T6
    (``theory.sgf_mean_balance_trace``).
-5. SGD against its stochastic modified equation (:mod:`.sme`; THEORY.md T9, T10): sgd
+5. SGD against its stochastic modified equation (:mod:`.sme`; docs/theory.md, T9, T10): sgd
    against ``stochastic_flow`` with ``noise = "minibatch"`` (same ``batch``), and
    sgd_gaussian with ``noise = "gradient"`` against ``stochastic_flow`` with
    ``noise = "gradient"``. ``moments``: mean, std, SE and 10–90% quantiles over paths of

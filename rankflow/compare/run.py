@@ -294,7 +294,7 @@ def compare(
     figures: Figures | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Run a discrete optimizer and its flow on the same problem, start and
-    hyperparameters, and measure how they differ (module docstring, THEORY.md T4–T6, T8).
+    hyperparameters, and measure how they differ (module docstring, docs/theory.md, T4–T6, T8).
 
     Args:
       config: a TOML path or nested dict naming a discrete optimizer with a flow

@@ -1,4 +1,4 @@
-"""SGD against its stochastic modified equation (THEORY.md T9, T10): the ``moments``
+"""SGD against its stochastic modified equation (docs/theory.md, T9, T10): the ``moments``
 and ``weak`` tables of a comparison of ``sgd`` (flow: ``stochastic_flow`` with
 ``noise = "minibatch"``) or of ``sgd_gaussian`` with ``noise = "gradient"`` (flow:
 ``stochastic_flow`` with ``noise = "gradient"``), and :func:`weak_order`, the weak

@@ -1,7 +1,8 @@
 """The core family's config: its schema, the cross-field rules of a point and the
 values derived from it.
 
-A config is a nested dict (or a TOML file) with the sections of DESIGN.md. It is
+A config is a nested dict (or a TOML file) with the sections of :data:`SCHEMA`
+(``problem``, ``model``, ``init``, ``dynamics``, ``solver``, ``save``). It is
 validated completely, in plain Python, before anything is traced or compiled: every
 error is a :class:`ConfigError` whose message names the field (``dynamics.lam``) and
 the allowed values. The config language itself (fields, dotted keys, ``--set``,

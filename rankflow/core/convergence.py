@@ -1,6 +1,6 @@
 """Strong and weak convergence of an SDE config's solver against the step ``dt``, on
 shared Brownian paths, and Itô's formula for a function of the state from the vector
-fields rankflow integrates (THEORY.md T9, T10; issue #15's solver rules).
+fields rankflow integrates (docs/theory.md, T9, T10; issue #15's solver rules).
 
 Every path of a run is solved at each ``dt`` and at a finer reference ``dt_ref`` from
 the same data, start and noise key as :class:`rankflow.core.program.Program` uses for it

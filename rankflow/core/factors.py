@@ -1,6 +1,6 @@
 # ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
 """Products of L factors in the engine: ``W = W_L ⋯ W_1`` with weight decay on every
-factor (THEORY.md T12, T13; ``model.depth``).
+factor (docs/theory.md, T12, T13; ``model.depth``).
 
 The state of a run is a tuple of factors. At depth 2 it stays the pair ``(A, B)`` with
 ``W = ABᵀ`` (rankflow's convention since the start, and the code path whose tables are

@@ -1,4 +1,4 @@
-"""Continuous dynamics of the core family: the vector fields of the flows of THEORY.md
+"""Continuous dynamics of the core family: the vector fields of the flows of docs/theory.md
 and their noise terms, as diffrax terms. They are solved by
 :func:`rankflow.numerics.solve.solve`, the one diffrax set-up of both families.
 
@@ -43,7 +43,7 @@ def factor_grads(problem: Problem, minibatch: bool = False, w_noise: bool = Fals
     :func:`rankflow.core.factors.chain`); with
     ``minibatch``, ``(A, B), data, idx →`` the same for the loss on data points ``idx``;
     with ``w_noise``, ``(A, B), data, ξ →`` the same for the noisy gradient ``G + ξ``
-    (gradient-space noise, THEORY.md T9).
+    (gradient-space noise, docs/theory.md, T9).
 
     The chain rule is written out rather than left to ``jax.grad`` of ``L(ABᵀ)``: autodiff
     emits ``Gᵀ A`` as a dot contracting ``G``'s first axis, which XLA:CPU runs as a plain
@@ -82,7 +82,7 @@ def _scale(a, x):
 
 
 def gradient_flow_field(problem: Problem, schedule: Schedule | None = None) -> Callable:
-    """GF (THEORY.md): ``dθ/dt = −η(t)(∇L(θ) + λθ)``, η(t) = η·s(t) the ``schedule``
+    """GF (docs/theory.md): ``dθ/dt = −η(t)(∇L(θ) + λθ)``, η(t) = η·s(t) the ``schedule``
     (:mod:`rankflow.numerics.schedules`; constant by default); also the drift of SGF."""
     grads = factor_grads(problem)
 
@@ -97,7 +97,7 @@ def gradient_flow_field(problem: Problem, schedule: Schedule | None = None) -> C
 def momentum_flow_field(
     problem: Problem, coupled: bool = False, schedule: Schedule | None = None
 ) -> Callable:
-    """Momentum flow on the state ``(θ, M)`` (THEORY.md), M(0) = 0 as for the optimizers.
+    """Momentum flow on the state ``(θ, M)`` (docs/theory.md), M(0) = 0 as for the optimizers.
 
     Decoupled: ``dM/dt = μ(∇L − M)``, ``dθ/dt = −η(M + λθ)`` (also the drift of the
     stochastic momentum flow). Coupled (L2 in the loss): ``dM/dt = μ(∇L + λθ − M)``,
@@ -164,7 +164,7 @@ class AdditiveNoise(diffrax.ControlTerm):
 
 
 class FactorNoise(diffrax.ControlTerm):
-    """Noise that enters through the gradient of ``W = ABᵀ`` (THEORY.md T9, T10): a
+    """Noise that enters through the gradient of ``W = ABᵀ`` (docs/theory.md, T9, T10): a
     W-space increment ``dG`` reaches the factors by the chain rule as ``(dG B, dGᵀA)``
     (at depth L ≥ 3, :func:`rankflow.core.factors.chain`'s ``∇_j``),
     times ``c`` (``vf``'s ``"c"``: −η(t)σ on θ, μσ on the momentum), placed into the state
@@ -245,7 +245,7 @@ def noise_term(
     pytree of ``jax.ShapeDtypeStruct``).
 
     ``parameter``: SGF ``ησ dW`` on θ; the stochastic momentum flow ``μσ dW`` on M (the
-    gradient noise enters the momentum, THEORY.md). ``gradient`` and ``minibatch``: a
+    gradient noise enters the momentum, docs/theory.md). ``gradient`` and ``minibatch``: a
     :class:`FactorNoise` on θ (``c = −ησ``, resp. −η) or on M (``μσ``, resp. μ);
     ``minibatch`` needs the ``problem`` (its per-sample losses) and ``batch``. The η of
     the noise on θ is η(t) of the ``schedule``, as in the drift.

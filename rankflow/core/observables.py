@@ -1,4 +1,4 @@
-"""The observables of THEORY.md, computed inside jit from the factors (A, B).
+"""The observables of docs/theory.md, computed inside jit from the factors (A, B).
 
 Names are the results-table columns. Singular values of ``W = ABᵀ`` come from the
 r×r core ``R_A R_Bᵀ`` of the thin QR factors when ``r < min(m, n)`` (exact by orthogonal
@@ -65,7 +65,7 @@ def observables(
     lam: Float[Array, ""],
     rank_tol: float,
 ) -> dict[str, Array]:
-    """Every column of THEORY.md's observables table, plus ``balance_nuclear``
+    """Every column of docs/theory.md's observables table, plus ``balance_nuclear``
     (``‖AᵀA − BᵀB‖_*``, so that the T2 bound ``½·balance_nuclear`` can be drawn) and
     ``balance_gap_rel`` (``‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + ‖BᵀB‖_F)``, the scale-free gap:
     shrinking A and B together leaves it unchanged, so it tells balancing from shrinkage;

@@ -1,11 +1,11 @@
-"""Discrete dynamics: optax optimizers matching THEORY.md's table exactly, and
+"""Discrete dynamics: optax optimizers matching docs/theory.md's table exactly, and
 :func:`iterate`, the one loop that runs an optimizer and saves observations.
 
 Built inside the traced program, so learning rate, weight decay, σ and μ are traced
 values (one compilation serves a whole sweep of them). A learning rate is a number or a
 schedule function of the step, as in optax (``optax.scale_by_learning_rate``). Note that
 ``optax.sgd(momentum=β)`` uses ``M ← βM + g`` (effective step η/(1−β)); the momentum
-here is the EMA of THEORY.md, ``M ← (1−μ)M + μg``.
+here is the EMA of docs/theory.md, ``M ← (1−μ)M + μg``.
 """
 
 from __future__ import annotations

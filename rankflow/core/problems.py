@@ -36,7 +36,7 @@ def _normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype) -> Array:
 
 @dataclass(frozen=True)
 class Problem:
-    """A loss ``L(W)`` of ``W ∈ R^{m×n}`` (THEORY.md: the data loss).
+    """A loss ``L(W)`` of ``W ∈ R^{m×n}`` (docs/theory.md: the data loss).
 
     Kinds:
       - ``diagonal``: ``L = ½‖W − diag(s)‖_F²`` (square, no data).
@@ -119,7 +119,7 @@ class Problem:
     def sample_losses(self, W: Float[Array, "m n"], data: Data) -> Float[Array, " N"]:
         """The loss of each data point (problems with samples), normalised so that their
         mean is :meth:`loss`: ``L(W) = (1/N) Σ_k ℓ_k(W)``. Their gradients are the
-        per-sample gradients ``g_k`` whose spread is minibatch noise (THEORY.md T10)."""
+        per-sample gradients ``g_k`` whose spread is minibatch noise (docs/theory.md, T10)."""
         if self.kind == "sensing":
             return 0.5 * (jnp.einsum("kij,ij->k", data["X"], W) - data["y"]) ** 2
         if self.kind == "completion":

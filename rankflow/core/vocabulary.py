@@ -17,7 +17,7 @@ from ..numerics import solve as solve_lib
 
 PROBLEM_KINDS = ("diagonal", "sensing", "completion", "regression", "custom")
 INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
-# The dynamics of THEORY.md: continuous flows (diffrax) and discrete optimizers (optax).
+# The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax).
 CONTINUOUS_DYNAMICS = (
     "gradient_flow",
     "stochastic_flow",
@@ -36,10 +36,10 @@ DISCRETE_DYNAMICS = (
 )
 DYNAMICS_KINDS = CONTINUOUS_DYNAMICS + DISCRETE_DYNAMICS
 SDE_DYNAMICS = ("stochastic_flow", "stochastic_momentum_flow")
-# Dynamics whose noise is the Gaussian σ of THEORY.md (sgd's comes from minibatches).
+# Dynamics whose noise is the Gaussian σ of docs/theory.md (sgd's comes from minibatches).
 SIGMA_DYNAMICS = SDE_DYNAMICS + ("sgd_gaussian",)
 STOCHASTIC_DYNAMICS = SIGMA_DYNAMICS + ("sgd",)
-# How the noise of stochastic dynamics enters (THEORY.md T6, T9, T10): on the factors
+# How the noise of stochastic dynamics enters (docs/theory.md, T6, T9, T10): on the factors
 # (σ dW on A and B), on the gradient of W (σ dΞ, reaching the factors as dΞ B and
 # dΞᵀA), or as a minibatch gradient's own covariance (the stochastic modified
 # equation of sgd).
@@ -59,7 +59,7 @@ MOMENTUM_DYNAMICS = (
     "momentum_coupled",
 )
 # The flow each optimizer discretises (dt = 1), for `rankflow compare`; sgd's is its
-# stochastic modified equation (stochastic_flow with noise = minibatch, THEORY.md T10).
+# stochastic modified equation (stochastic_flow with noise = minibatch, docs/theory.md, T10).
 FLOW_OF = {
     "gd": "gradient_flow",
     "sgd_gaussian": "stochastic_flow",

@@ -1,6 +1,6 @@
 """Inspect pretrained checkpoints for the fingerprints of weight decay.
 
-Weight decay on the two factors of a product balances them (THEORY.md T1, T4): for
+Weight decay on the two factors of a product balances them (docs/theory.md, T1, T4): for
 attention, head by head, ``W_Q^hᵀW_Q^h ≈ W_K^hᵀW_K^h`` (key–query) and
 ``W_V^hᵀW_V^h ≈ W_O^h W_O^hᵀ`` (value–output). This package measures that on a
 safetensors checkpoint (BERT/RoBERTa/MiniLM, GPT-2, Llama/Mistral/Qwen with

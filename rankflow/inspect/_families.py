@@ -1,5 +1,5 @@
 """Attention naming and layout of the supported model families, and the per-head
-factors of THEORY.md ("Attention layers") cut out of a layer's stored tensors.
+factors of docs/theory.md ("Attention layers") cut out of a layer's stored tensors.
 
 Convention: every factor acts on the input, ``q = x W_Q^h`` with ``W_Q^h ∈ R^{D×d_h}``.
 PyTorch ``nn.Linear`` stores ``(d_out, d_in)``, so for a linear query projection of

@@ -1,6 +1,6 @@
 """Is each head's A closer to balance with its own B than with another head's B?
 
-THEORY.md T1/T4: weight decay balances the two factors of a product, ``AᵀA → BᵀB``,
+docs/theory.md, T1/T4: weight decay balances the two factors of a product, ``AᵀA → BᵀB``,
 for each theory unit of attention (a head, or a grouped-query group) separately. A
 checkpoint shows that fingerprint if the true pairs are more balanced than pairings of
 one unit's A with another unit's B. This module tests that with a permutation test over
@@ -60,7 +60,7 @@ _CHUNK_VALUES = 4_000_000
 def unit_statistics(pair: str, rotary_dim: int, head_dim: int) -> tuple[str, ...]:
     """The gap statistics tested for a pair kind, the one that decides the verdict first.
 
-    Key–query with rotary embeddings (THEORY.md, "Rotary embeddings"): only the
+    Key–query with rotary embeddings (docs/theory.md, "Rotary embeddings"): only the
     per-rotary-block energies balance (``rotary_gap_rel``); the full Gram gap is reported
     beside it, and with partial rotary (``rotary_dim < head_dim``) the Gram gap of the
     non-rotary dimensions ``rotary_dim..head_dim``, which nothing rotates, so that the

@@ -294,7 +294,7 @@ def inspect_layer(
     ``unit = "group"`` pairing the stacked query factors ``[W_Q^i; …]`` of the group with
     ``W_K^g`` (Gram ``Σ_i W_Q^iᵀW_Q^i`` against ``W_KᵀW_K``), and ``W_V^g`` with the
     stacked ``[W_O^iᵀ; …]`` (``W_VᵀW_V`` against ``Σ_i W_O^i W_O^iᵀ``): these balance
-    under weight decay (THEORY.md, grouped-query attention; the value–output form by
+    under weight decay (docs/theory.md, grouped-query attention; the value–output form by
     the same argument). Per query head a row ``unit = "head"`` pairs W_Q^h with its
     shared W_K^g (and W_V^g with W_O^hᵀ); those are not predicted to balance.
     The null partner is the next unit, cyclically (for GQA head rows: the same
@@ -318,7 +318,7 @@ def _inspect_one(lw, layout, layer, rank_tol, scatter):
 
 
 def theory_rows(heads: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose balance THEORY.md predicts: heads of multi-head attention,
+    """The rows whose balance docs/theory.md predicts: heads of multi-head attention,
     key/value groups of grouped-query attention."""
     return heads[heads["theory"]]
 
@@ -416,7 +416,7 @@ def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
         if heads.loc[heads["pair"] == pair, "bias"].any():
             notes.append(
                 f"{PAIR_NAMES[pair]} projections have biases: the product form holds only "
-                "approximately (THEORY.md); statistics use the weight matrices alone."
+                "approximately (docs/theory.md); statistics use the weight matrices alone."
             )
     return notes
 

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = ["STATISTICS", "Factor", "pair_statistics", "pearson"]
 
-# Per-pair statistics, in table order (THEORY.md names where it has one).
+# Per-pair statistics, in table order (docs/theory.md names where it has one).
 STATISTICS = (
     "gram_a_norm",  # ‖AᵀA‖_F
     "gram_b_norm",  # ‖BᵀB‖_F
@@ -104,7 +104,7 @@ def pair_statistics(
 ) -> dict[str, float]:
     """The :data:`STATISTICS` of the pair ``A`` (m×r), ``B`` (n×r), as floats.
 
-    ``rotary_dim > 0`` adds the rotary-block balance (THEORY.md, "Rotary embeddings"):
+    ``rotary_dim > 0`` adds the rotary-block balance (docs/theory.md, "Rotary embeddings"):
     only the block energies ``e[j] = ‖A[:, j]‖² + ‖A[:, j']‖²`` (j' = j + rotary_dim/2)
     are balanced by weight decay when q and k are rotated; NaN otherwise. With partial
     rotary (``0 < rotary_dim < r``) the dimensions ``rotary_dim..r`` are not rotated, so

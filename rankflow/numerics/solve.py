@@ -261,8 +261,8 @@ def setup(
 
     ``key``: the Brownian motion of an SDE (None: an ODE): a ``VirtualBrownianTree`` for
     adaptive steps (consistent under refinement), an ``UnsafeBrownianPath`` with
-    ``DirectAdjoint`` for fixed ones (one fresh draw per step: exact there, and ~20×
-    cheaper; DESIGN.md's measured facts), carrying the Lévy area the solver needs
+    ``DirectAdjoint`` for fixed ones (one fresh draw per step: exact there, and as fast as a
+    hand-written scan, where the tree is ~20× slower), carrying the Lévy area the solver needs
     (:func:`levy_area`). ``brownian_tol``: a ``VirtualBrownianTree`` of that tolerance for
     fixed steps too, so that solves with different ``dt`` (finer than the tolerance's
     scale) follow one Brownian path, as a strong-error measurement needs.
@@ -305,8 +305,8 @@ def _brownian(key, levy, t0: float, t1: float, tol: float | None):
     """The Brownian path factory (shape → path) and adjoint of an SDE: a
     ``VirtualBrownianTree`` of tolerance ``tol`` (consistent under refinement, as adaptive
     steps need), or, without ``tol``, an ``UnsafeBrownianPath`` with ``DirectAdjoint``:
-    for fixed steps a fresh draw per step is exact and ~20× cheaper (DESIGN.md's measured
-    facts); nothing is differentiated."""
+    for fixed steps a fresh draw per step is exact and ~20× cheaper than the tree (measured
+    against a hand-written scan); nothing is differentiated."""
     if tol is not None:
 
         def tree(shape):

@@ -136,7 +136,7 @@ def attention_balance_figure(
 
     Solid: each head's gap (median over runs; colour: head, one legend for the
     figure). Dashed, from each head's gap at step 0: ``(1 − ηλ)^{2k}`` for SGD and
-    momentum (THEORY.md T5, leading term; the O(η²) term and minibatch noise make the
+    momentum (docs/theory.md, T5, leading term; the O(η²) term and minibatch noise make the
     measured gap level off), ``e^{−2ηλt}`` for gradient flow (T4, exact); for AdamW,
     dotted, ``(1 − ηλ)^{2k}`` of its decoupled decay alone (no theorem). λ is the pair's
     own λ. Under a learning-rate schedule (the table's ``lr_clock``) the lines are

@@ -6,7 +6,7 @@ Conventions shared by every figure:
     when more than one run contributes;
   - rows whose ``status`` is not ``"ok"`` count as missing (NaN), and so do values
     ``≤ 0`` on a log axis;
-  - time is in optimizer steps (THEORY.md, "Setting and conventions").
+  - time is in optimizer steps (docs/theory.md, "Setting and conventions").
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 DPI = 150
 RUN_KEYS = ("run_id", "path")
 
-# Axis / legend text for the columns of THEORY.md's observables table.
+# Axis / legend text for the columns of docs/theory.md's observables table.
 LABELS = {
     "t": "time t (optimizer steps)",
     "loss": "data loss L(W)",

@@ -195,7 +195,7 @@ def compare_contraction_figure(df: pd.DataFrame, out_path: str | Path | None = N
     )
     ax_b.set_title("(b) GD: T5 is exact; the constants miss an O(η²) term", fontsize="medium")
     ax_b.legend(fontsize="small")
-    title = "Balance gap of GD, step by step (THEORY.md T5): " + _compare_setting(df, flow=False)
+    title = "Balance gap of GD per step (docs/theory.md, T5): " + _compare_setting(df, flow=False)
     return finish_figure(fig, (ax_a, ax_b), title, out_path)
 
 

@@ -1,4 +1,4 @@
-"""The figure of ``rankflow reproduce``'s ``depth`` experiment (THEORY.md T12, T13)."""
+"""The figure of ``rankflow reproduce``'s ``depth`` experiment (docs/theory.md, T12, T13)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The figure of ``rankflow reproduce``'s ``noise`` experiment: the three noise models of
-the stochastic flow and real minibatch SGD on one problem (THEORY.md T6, T9, T10).
+the stochastic flow and real minibatch SGD on one problem (docs/theory.md, T6, T9, T10).
 
 It reads the experiment's tables only (``noise_bands``, ``noise_lines``, ``noise_floor``,
 ``noise_step``); every theory value in it was computed there."""

@@ -2,7 +2,7 @@
 configs under ``sims/reproduce/`` with the ``--quick``/``--full`` sizes, and where its
 tables and figures go.
 
-A *claim* is one statement of THEORY.md (or of the paper) turned into a test: a
+A *claim* is one statement of docs/theory.md (or of the paper) turned into a test: a
 prediction, a measurement from the experiment's tables, a tolerance chosen from the
 theory, and the verdict ``pass``/``fail`` computed from them. Statements the theory does
 not make exactly (AdamW, the scaling of a noise floor) are reported with verdict

@@ -1,5 +1,5 @@
 """Experiment ``depth``: products of L factors, ``W = W_L ⋯ W_1``, with weight decay on
-every factor (THEORY.md T12, T13).
+every factor (docs/theory.md, T12, T13).
 
 - ``sims/reproduce/depth_diagonal.toml``: gradient flow at L = 3, 4 on the diagonal loss
   from a start with every pair imbalanced. Claims: each pair's ``‖D_j‖_F`` decays at

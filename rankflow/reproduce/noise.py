@@ -1,4 +1,4 @@
-"""Experiment ``noise``: the noise of real SGD against parameter noise (THEORY.md T6, T9, T10).
+"""Experiment ``noise``: the noise of real SGD against parameter noise (docs/theory.md T6, T9, T10).
 
 One problem (``sims/reproduce/noise_models.toml``: matrix sensing 6×6, m = n, imbalanced
 start with ‖D(0)‖_F = 1, float64) under the stochastic flow with each noise model,

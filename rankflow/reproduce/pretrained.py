@@ -2,7 +2,7 @@
 weight decay in a pretrained checkpoint, through ``rankflow.inspect``.
 
 The paper reports that in pretrained Llama 2 and ViT the entries of ``W_QᵀW_Q`` and
-``W_KᵀW_K`` nearly coincide; THEORY.md T4 predicts it for each head (or grouped-query
+``W_KᵀW_K`` nearly coincide; docs/theory.md, T4 predicts it for each head (or grouped-query
 group) of a model trained long enough with weight decay. Tested here per pair
 (key–query, value–output) by a layer-stratified permutation test
 (:func:`rankflow.inspect.permutation_test`): are the true pairs' Grams closer than those

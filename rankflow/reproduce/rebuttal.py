@@ -15,7 +15,7 @@ the sizes of ``sims/attention/{lambda_table, vit_ablation, lr_control, dh}.toml`
 - the key–query dimension d_h = D/H at fixed D, decay on against off attention (the
   rebuttal's speculation: with larger d_h rank regularisation may help language).
 
-None of these is a prediction of THEORY.md (AdamW is outside T3–T5, and the rebuttal's
+None of these is a prediction of docs/theory.md (AdamW is outside T3–T5, and the rebuttal's
 statements are empirical), so every verdict is ``observation``: means ± std over seeds
 are reported, and a difference inside the spread is said to be none.
 """

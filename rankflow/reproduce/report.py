@@ -54,7 +54,7 @@ def render(
         + ", ".join(f"{k} {v}" for k, v in provenance.items())
         + ".",
         "",
-        "How to read this: each row is one statement of THEORY.md (labels T1–T8) or of the "
+        "How to read this: each row is one statement of docs/theory.md (labels T1–T13) or of the "
         "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
         "the experiment found, *tolerance* the test that decides the *verdict* and where it "
         "comes from (float64 rounding for exact identities, a fit's own error for rates, "

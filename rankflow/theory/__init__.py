@@ -1,13 +1,13 @@
 # ruff: noqa: F401
-"""The exact predictions of THEORY.md, one place per result.
+"""The exact predictions of docs/theory.md, one place per result.
 
 Everything here is a pure, jittable function of ``jax.numpy`` arrays that keeps the
 dtype of its main array argument (scalars ``eta``, ``lam``, ``t`` … are cast to it),
 except the rate fitting of T8, which is numpy post-processing of results tables.
 Time ``t`` is in optimizer steps: every flow carries the learning rate η inside, so one
-GD step is one Euler step of size 1 (THEORY.md, "Setting and conventions").
+GD step is one Euler step of size 1 (docs/theory.md, "Setting and conventions").
 
-Where each item of THEORY.md lives:
+Where each item of docs/theory.md lives:
 
 - setting: :func:`balance` (``D = AᵀA − BᵀB``), :func:`l2_penalty`
   (``½(‖A‖_F² + ‖B‖_F²)``), :func:`nuclear_norm` (``‖W‖_*``).

@@ -1,5 +1,5 @@
 # ruff: noqa: F722  (jaxtyping shape strings such as "m r" are not forward references)
-"""The setting of THEORY.md and the helpers every theory module shares."""
+"""The setting of docs/theory.md and the helpers every theory module shares."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attention layers (THEORY.md, "Attention layers"): a transformer whose heads are
+"""Attention layers (docs/theory.md, "Attention layers"): a transformer whose heads are
 factor pairs. T4 per head under gradient flow and its failure with biases, T5 per head
 for GD, weight-decay masks parameter by parameter, tasks, config errors, the CLI with
 resume, and one compilation per sweep."""

@@ -27,7 +27,7 @@ CONFIG = {
     "save": {"t1": 8},
     "sweep": {"seed": [0, 1]},
 }
-# Columns both tables have, with the same definition (THEORY.md's observables table).
+# Columns both tables have, with the same definition (docs/theory.md's observables table).
 SHARED = ("balance_gap", "balance_trace", "l2_penalty", "nuclear_norm", "frob_minus_nuc")
 # float32 parameters, observables in float32 (training) and float64 (inspect): measured
 # relative differences up to 1.2e-6 (singular values, relative to the largest).

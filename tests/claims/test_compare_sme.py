@@ -1,4 +1,4 @@
-"""``rankflow compare`` of SGD against its stochastic modified equation (THEORY.md T10;
+"""``rankflow compare`` of SGD against its stochastic modified equation (docs/theory.md, T10;
 Li, Tai & E): the weak error at a fixed horizon in ηt is first order in η, and the
 plausible wrong SMEs (noise coefficient √η with time in steps; batch scaling Σ/b² or
 no 1/b) fail. Also the gradient-noise pair (T9) and the input ``compare`` refuses."""

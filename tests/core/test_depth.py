@@ -1,4 +1,4 @@
-"""Depth L ≥ 3 in the engine (``model.depth``; THEORY.md T12, T13): every adjacent
+"""Depth L ≥ 3 in the engine (``model.depth``; docs/theory.md, T12, T13): every adjacent
 pair's balance under gradient flow (``D_j(t) = e^{−2ηλt}D_j(0)``, adaptive float64, to
 1e-6) and GD (the exact one-step identity, to 1e-10) on every problem kind, checked
 against :mod:`rankflow.theory`, each with its wrong versions (rate ηλ or 4ηλ, a

@@ -1,4 +1,4 @@
-"""The dynamics of THEORY.md against their exact predictions (T6, T7, T8) and against
+"""The dynamics of docs/theory.md against their exact predictions (T6, T7, T8) and against
 each other: SGF's mean balance, the momentum-flow identities, momentum flow → gradient
 flow as μ grows, each optimizer against a hand-written loop of its update, GD's first
 order and the SDE solvers' strong orders, reproducibility of noise, one compilation
@@ -278,7 +278,7 @@ def test_sgd_gaussian_without_noise_is_gd_and_sgf_without_noise_is_gradient_flow
 
 
 def _hand_loop(kind, theta0, steps, every, eta, lam, mu):
-    """THEORY.md's update rules in numpy on the quartic loss (no library code)."""
+    """docs/theory.md's update rules in numpy on the quartic loss (no library code)."""
     A, B = (np.array(x, np.float64) for x in theta0)
     MA, MB = np.zeros_like(A), np.zeros_like(B)
     VA, VB = np.zeros_like(A), np.zeros_like(B)

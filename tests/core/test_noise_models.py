@@ -1,4 +1,4 @@
-"""The noise models' SDEs as rankflow integrates them (THEORY.md T9, T10; issue #15).
+"""The noise models' SDEs as rankflow integrates them (docs/theory.md, T9, T10; issue #15).
 
 Float64 throughout. T9 at m = n is checked path by path against the measured strong
 error of D at the same step (the reference solve shares each path's Brownian motion);

@@ -1,4 +1,4 @@
-"""Checks of rankflow.theory against THEORY.md, one label (T1…T8) per test name.
+"""Checks of rankflow.theory against docs/theory.md, one label (T1…T8) per test name.
 
 All in float64 (conftest). Most checks are exact identities, so tolerances are at
 rounding level and a wrong constant or sign fails them by many orders of magnitude.
@@ -219,7 +219,7 @@ def test_T2_tight_when_one_factor_is_small(shape):
 
 
 def test_T2_not_tight_for_comparable_gaussian_factors():
-    """A finding, not part of THEORY.md: for A, B with i.i.d. N(0, 1) entries the
+    """Not tight on typical factors (docs/theory.md, T2): for i.i.d. N(0, 1) A, B the
     ratio gap/bound is typically 0.3–0.7 (here over 200 seeds at 5×5, r = 3: median
     ≈ 0.37, max ≈ 0.68), so "ratios above 0.99 on random instances" needs factors of
     very different sizes (see the two tests above)."""
@@ -572,7 +572,7 @@ def test_T6_trace_and_formula():
     )(ts)
     means = np.asarray(means)
     assert np.allclose(np.trace(means, axis1=1, axis2=2), traces, rtol=1e-14, atol=1e-15)
-    # THEORY.md's form, written out, and its stationary floor ησ²(m−n)/(2λ)·I.
+    # docs/theory.md's form, written out, and its stationary floor ησ²(m−n)/(2λ)·I.
     floor = eta * sigma**2 * (m - n) / (2 * lam)
     decay = np.exp(-2 * eta * lam * np.asarray(ts))[:, None, None]
     expected = decay * np.asarray(_D0) + floor * (1 - decay) * np.eye(3)

@@ -1,4 +1,4 @@
-"""Checks of rankflow.theory's depth-L results (T12, T13 of THEORY.md), float64.
+"""Checks of rankflow.theory's depth-L results (T12, T13 of docs/theory.md), float64.
 
 Each exact identity is checked at rounding level, and beside it the plausible wrong
 version (a missing contraction, a sign swap, the depth-2 formula on a middle pair, a

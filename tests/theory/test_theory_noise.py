@@ -1,4 +1,4 @@
-"""Checks of rankflow.theory's noise models (THEORY.md T9, T10), one label per test name.
+"""Checks of rankflow.theory's noise models (docs/theory.md, T9, T10), one label per test name.
 
 All in float64 (conftest). Exact identities are checked at rounding level; expectations
 over noise or minibatches against Monte Carlo means of the actual update, entrywise
