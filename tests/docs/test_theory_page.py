@@ -10,6 +10,8 @@
   reproduce``; a claim that can pass, listed under Tn, has Tn in its source, and every
   such claim whose source carries Tn is listed under Tn.
 - Every ``theory.X`` / ``rankflow.theory.X`` is a public name of :mod:`rankflow.theory`.
+- The page's links lead to pages of docs/, and every ``theory.md#id`` link of docs/ and
+  README.md to an id of the page (``#t4``, ``#attention-layers``).
 - No file under rankflow/, tests/, benchmarks/, sims/, docs/ refers to the theory,
   design or style notes the repository does not contain, and every ``docs/….md`` path
   they mention exists.
@@ -27,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,6 +285,42 @@ def function_problems(page: str) -> list[str]:
     ]
 
 
+# --- links ------------------------------------------------------------------------------
+
+
+def slugify(text: str) -> str:
+    """A heading's id as Python-Markdown's toc extension makes it."""
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", text).strip().lower())
+
+
+def anchors(page: str) -> set[str]:
+    """The ids of the page: its headings' and its ``<a id="…">`` anchors."""
+    headings = re.findall(r"^#{1,6} (.+?)\s*$", page, flags=re.M)
+    return {slugify(h) for h in headings} | set(re.findall(r'<a id="([^"]+)"', page))
+
+
+def link_problems(page: str, root: Path) -> list[str]:
+    """The page's relative links lead to pages of docs/ (or pages docs/hooks.py makes),
+    and every ``theory.md#id`` of docs/ and README.md is an id of the page."""
+    docs = root / "docs"
+    hooks = docs / "hooks.py"
+    generated = hooks.read_text() if hooks.is_file() else ""
+    problems = [
+        f"link {target}: no such page"
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", page)
+        if not (docs / target).is_file() and target not in generated
+    ]
+    ids = anchors(page)
+    readme = root / "README.md"
+    sources = sorted(docs.rglob("*.md")) + ([readme] if readme.is_file() else [])
+    for path in sources:
+        for anchor in re.findall(r"theory\.md#([\w-]+)", path.read_text()):
+            if anchor not in ids:
+                problems.append(f"{path.relative_to(root)}: theory.md#{anchor} has no anchor")
+    return problems
+
+
 # --- references of the code to documents -------------------------------------------------
 
 MISSING_DOCUMENT = re.compile(r"\bTHEORY\b|\b(?:DESIGN|STYLE)\.md\b")
@@ -345,6 +384,12 @@ def test_every_theory_function_exists():
     assert function_problems(page) == []
 
 
+def test_links_lead_to_pages_and_anchors():
+    page = PAGE.read_text()
+    assert {f"t{n}" for n in LABELS} | {"attention-layers", "observables"} <= anchors(page)
+    assert link_problems(page, ROOT) == []
+
+
 def test_no_reference_to_a_missing_document():
     assert reference_problems(ROOT, skip=Path(__file__).resolve()) == []
 
@@ -396,6 +441,18 @@ def test_mutant_functions():
     problems = function_problems(page)
     assert any("no_such_function" in p for p in problems)
     assert any("_common" in p for p in problems)
+
+
+def test_mutant_links(tmp_path):
+    (tmp_path / "docs" / "guides").mkdir(parents=True)
+    (tmp_path / "docs" / "guides" / "depth.md").write_text("[T12](../theory.md#t12)\n")
+    page = '<a id="t12"></a>\n\n### T12 — depth\n\nSee [depth](guides/depth.md).\n'
+    assert link_problems(page, tmp_path) == []
+    assert link_problems(page + "[x](guides/missing.md)\n", tmp_path) == [
+        "link guides/missing.md: no such page"
+    ]
+    (tmp_path / "README.md").write_text("[T99](docs/theory.md#t99)\n")
+    assert link_problems(page, tmp_path) == ["README.md: theory.md#t99 has no anchor"]
 
 
 def test_mutant_references(tmp_path):
