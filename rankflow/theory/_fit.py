@@ -52,6 +52,14 @@ def fit_rate(
     Returns:
       ``(rate, stderr)`` as Python floats; ``stderr`` is the standard error of the slope
       from the residuals (NaN with only two points).
+
+    Examples:
+      >>> import numpy as np
+      >>> from rankflow.theory import fit_rate, gf_balance_gap, gf_balance_rate
+      >>> t = np.arange(0.0, 50.0, 5.0)
+      >>> rate, stderr = fit_rate(t, gf_balance_gap(5.0, 0.5, 0.1, t))  # T4's ‖D(t)‖
+      >>> round(rate, 4), round(float(gf_balance_rate(0.5, 0.1)), 4)
+      (0.1, 0.1)
     """
     t, y = _paired("fit_rate: t and y", t, y)
     keep = np.isfinite(t) & np.isfinite(y) & (y > 0)
@@ -71,6 +79,15 @@ def convergence_order(h: ArrayLike, err: ArrayLike) -> tuple[float, float]:
 
     Returns:
       ``(order, stderr)`` as Python floats (stderr NaN with only two points).
+
+    Examples:
+      >>> import numpy as np
+      >>> from rankflow.theory import convergence_order
+      >>> eta = np.array([0.1, 0.05, 0.025, 0.0125])  # λ = 1, horizon ηk = 1
+      >>> err = np.abs((1 - eta) ** (2 / eta) - np.exp(-2.0))  # GD's (1 − ηλ)^{2k} against GF's
+      >>> order, stderr = convergence_order(eta, err)
+      >>> round(order, 2)
+      1.01
     """
     h, err = _paired("convergence_order: h and err", h, err)
     keep = np.isfinite(h) & np.isfinite(err) & (h > 0) & (err > 0)

@@ -38,6 +38,15 @@ def gradient_noise_balance_drift(
     dΞ terms cancel between AᵀA and BᵀB, so G is not an argument. ``A`` is m×r, ``B``
     n×r; the result r×r. Contrast T6's parameter noise, whose Itô term is
     ``η²σ²(m − n) I_r`` and whose dW terms do not cancel.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import balance, gradient_noise_balance_drift
+      >>> A, B = jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.array([[0.3, -0.2], [0.1, 0.4]])
+      >>> drift = gradient_noise_balance_drift(A, B, 0.1, 0.5, 0.2)  # m = n = 2
+      >>> rate = 2 * 0.1 * 0.5 + 0.1**2 * 0.2**2 * 2  # 2ηλ + η²σ²m
+      >>> bool(jnp.allclose(drift, -rate * balance(A, B), atol=1e-6))
+      True
     """
     dtype = float_dtype(A)
     eta, lam = jnp.asarray(eta, dtype), jnp.asarray(lam, dtype)
@@ -58,6 +67,17 @@ def gradient_noise_balance(
     equation, so D is deterministic although A and B are not. ``m`` is the common size
     of W (m×m); ``t`` in steps, any shape (result ``t.shape + (r, r)``); equal to
     :func:`gf_balance` at σ = 0.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import gf_balance, gradient_noise_balance
+      >>> D0 = jnp.array([[1.0, 0.5], [0.5, -2.0]])
+      >>> D = gradient_noise_balance(D0, 0.1, 0.5, 0.2, 2, 10.0)  # m = 2
+      >>> round(float(D[0, 0]), 4)  # e^{−(0.1 + 0.0008)·10}
+      0.3649
+      >>> noiseless = gradient_noise_balance(D0, 0.1, 0.5, 0.0, 2, 10.0)
+      >>> bool(jnp.allclose(noiseless, gf_balance(D0, 0.1, 0.5, 10.0)))  # σ = 0: T4
+      True
     """
     D0 = jnp.asarray(D0)
     dtype = D0.dtype
@@ -80,6 +100,18 @@ def gradient_noise_step_mean(
     T5 with ``G + ξ`` is exact for every ξ; its mean over ξ is
     ``(1−ηλ)²D + η²(BᵀGᵀGB − AᵀGGᵀA) + η²σ²(m BᵀB − n AᵀA)`` (the terms linear in ξ have
     mean zero). ``A`` m×r, ``B`` n×r, ``G = ∇_W L(ABᵀ)`` m×n; the result r×r.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import gd_balance_step, gradient_noise_step_mean
+      >>> A, B = jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.array([[0.3, -0.2], [0.1, 0.4]])
+      >>> G, sigma = A @ B.T - jnp.eye(2), 0.2
+      >>> e = jnp.eye(4).reshape(4, 2, 2)  # the m×n unit matrices e_ij
+      >>> xis = [s * sigma * 2.0 * e[k] for k in range(4) for s in (1, -1)]  # ±σ√(mn)·e_ij
+      >>> steps = [gd_balance_step(A, B, G + xi, 0.1, 0.5) for xi in xis]  # T5 with G + ξ
+      >>> mean = gradient_noise_step_mean(A, B, G, 0.1, 0.5, sigma)  # ξ's moments as N(0, σ²)
+      >>> bool(jnp.allclose(sum(steps) / 8, mean, atol=1e-6))
+      True
     """
     dtype = float_dtype(A)
     eta_ = jnp.asarray(eta, dtype)
@@ -98,6 +130,15 @@ def without_replacement_factor(N: int | ArrayLike, batch: int | ArrayLike):
     1 at b = 1 (one sample either way), 0 at b = N (the full batch, no noise).
     Needs N ≥ 2 and 1 ≤ b ≤ N. Plain arithmetic: Python numbers give a float, arrays an
     array.
+
+    Examples:
+      >>> from itertools import combinations
+      >>> import numpy as np
+      >>> from rankflow.theory import without_replacement_factor
+      >>> x, b = np.array([0.0, 1.0, 3.0, 4.0, 7.0]), 2  # N = 5 samples
+      >>> means = [x[list(c)].mean() for c in combinations(range(5), b)]  # every batch of b
+      >>> round(float(np.var(means) / (np.var(x) / b)), 6), without_replacement_factor(5, b)
+      (0.75, 0.75)
     """
     return (N - batch) / (N - 1)
 
@@ -132,6 +173,17 @@ def minibatch_noise_balance_drift(
     k = 1..N, the loss the mean of per-sample losses), ``deltas[k] = δ_k = g_k − Ḡ``,
     batch b drawn with replacement. ``replace=False`` (a Python bool) scales the noise
     term by :func:`without_replacement_factor`. The result r×r.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import gradient_noise_balance_drift, minibatch_noise_balance_drift
+      >>> A, B = jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.array([[0.3, -0.2], [0.1, 0.4]])
+      >>> e = jnp.eye(4).reshape(4, 2, 2)
+      >>> deltas = 0.2 * 2.0 * jnp.concatenate([e, -e])  # ±σ√(mn)·e_ij: covariance σ²I, σ = 0.2
+      >>> drift = minibatch_noise_balance_drift(A, B, deltas, 0.1, 0.5, batch=4)
+      >>> t9 = gradient_noise_balance_drift(A, B, 0.1, 0.5, 0.2 / 2)  # T9 with σ/√b
+      >>> bool(jnp.allclose(drift, t9, atol=1e-6))
+      True
     """
     dtype = float_dtype(A)
     eta, lam = jnp.asarray(eta, dtype), jnp.asarray(lam, dtype)
@@ -159,6 +211,20 @@ def minibatch_step_mean(
     b of the N samples drawn with replacement; ``replace=False`` (a Python bool) for
     sampling without replacement multiplies the noise term by
     :func:`without_replacement_factor` ``(N − b)/(N − 1)``. The result r×r.
+
+    Examples:
+      >>> from itertools import combinations
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import gd_balance_step, minibatch_step_mean
+      >>> A, B = jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.array([[0.3, -0.2], [0.1, 0.4]])
+      >>> g = jnp.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 2.0], [0.0, 1.0]],
+      ...                [[-0.5, 0.0], [1.0, 0.0]]])  # per-sample gradients g_k, N = 3
+      >>> batches = [jnp.array(c) for c in combinations(range(3), 2)]  # b = 2 of N = 3, no repeats
+      >>> steps = [gd_balance_step(A, B, g[c].mean(0), 0.1, 0.5) for c in batches]  # T5, exact
+      >>> gbar, deltas = g.mean(0), g - g.mean(0, keepdims=True)  # Ḡ and δ_k = g_k − Ḡ
+      >>> mean = minibatch_step_mean(A, B, gbar, deltas, 0.1, 0.5, 2, replace=False)
+      >>> bool(jnp.allclose(sum(steps) / 3, mean, atol=1e-6))
+      True
     """
     dtype = float_dtype(A)
     eta_ = jnp.asarray(eta, dtype)

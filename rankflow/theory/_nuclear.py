@@ -32,6 +32,13 @@ def t1_gap(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Array, ""]:
 
     Non-negative, and zero exactly when ``AᵀA = BᵀB``. Equals ``(L_L2 − L_*)/λ``, the
     ``frob_minus_nuc`` column.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import t1_gap
+      >>> A, B = jnp.ones((1, 1)), jnp.ones((1, 1))  # balanced: AᵀA = BᵀB
+      >>> round(float(t1_gap(A, B)), 4), round(float(t1_gap(2 * A, B / 2)), 4)  # ½(4 + ¼) − 1
+      (0.0, 1.125)
     """
     return l2_penalty(A, B) - nuclear_norm(A @ B.T)
 
@@ -43,6 +50,15 @@ def t2_bound(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Array, ""]
     spaces of A and B are orthogonal (then ``ABᵀ = 0``); on the rescaled balanced pairs
     ``(cA, B/c)`` the ratio is exactly ``|c² − 1|/(c² + 1)``. Near balance the gap is of
     second order in D while the bound is of first order, so the ratio tends to 0.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import t1_gap, t2_bound
+      >>> A, B = 2 * jnp.ones((1, 1)), jnp.ones((1, 1)) / 2  # (cA, B/c), c = 2, of a balanced pair
+      >>> round(float(t1_gap(A, B)), 4), round(float(t2_bound(A, B)), 4)
+      (1.125, 1.875)
+      >>> round(float(t1_gap(A, B) / t2_bound(A, B)), 4)  # |c² − 1|/(c² + 1)
+      0.6
     """
     return 0.5 * jnp.sum(jnp.abs(jnp.linalg.eigvalsh(balance(A, B))))
 
@@ -55,6 +71,14 @@ def svt(W: Float[Array, "m n"], c: Scalar) -> Float[Array, "m n"]:
 
     The proximal operator of ``c‖·‖_*``: every singular value shrinks by ``c ≥ 0`` and
     those ``≤ c`` vanish.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import svt
+      >>> W = jnp.array([[3.0, 0.0], [0.0, 1.0]])
+      >>> S = jnp.linalg.svd(svt(W, 2.0), compute_uv=False)  # σ = 3, 1 less 2, floored at 0
+      >>> [round(float(s), 4) for s in S]
+      [1.0, 0.0]
     """
     U, S, Vt = jnp.linalg.svd(W, full_matrices=False)
     S = jnp.maximum(S - jnp.asarray(c, S.dtype), 0.0)
@@ -62,7 +86,17 @@ def svt(W: Float[Array, "m n"], c: Scalar) -> Float[Array, "m n"]:
 
 
 class ProxGradientResult(NamedTuple):
-    """What :func:`prox_gradient` returns."""
+    """What :func:`prox_gradient` returns.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import prox_gradient
+      >>> result = prox_gradient(lambda W: W, jnp.ones((2, 2)), 0.5, 1.0)  # L = ½‖W‖², min at 0
+      >>> result._fields
+      ('W', 'iterations', 'converged')
+      >>> bool((result.W == 0).all()), int(result.iterations), bool(result.converged)
+      (True, 2, True)
+    """
 
     W: Float[Array, "m n"]  # the minimiser (the last iterate)
     iterations: Int[Array, ""]  # proximal steps taken
@@ -96,6 +130,16 @@ def prox_gradient(
       step: τ > 0.
     Returns:
       A :class:`ProxGradientResult` ``(W, iterations, converged)``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import prox_gradient, svt
+      >>> Y = jnp.array([[2.0, 1.0], [0.0, 0.5]])
+      >>> result = prox_gradient(lambda W: W - Y, jnp.zeros((2, 2)), 0.5, 1.0)  # L = ½‖W − Y‖²
+      >>> bool(result.converged), int(result.iterations)
+      (True, 2)
+      >>> bool(jnp.allclose(result.W, svt(Y, 0.5), atol=1e-6))  # the minimiser is SVT_λ(Y)
+      True
     """
     dtype = float_dtype(W0)
     W0 = jnp.asarray(W0, dtype)
@@ -136,6 +180,18 @@ def lipschitz_constant(problem: Problem, data: dict[str, Array]) -> Float[Array,
     measurements; ``completion``: ``mn/N`` times the largest number of times one entry
     was observed; ``regression``: ``‖X‖_2²/N`` (1 up to rounding, X being whitened).
     ``custom`` losses have no known constant (a ``ValueError``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from rankflow.core.problems import Problem
+      >>> from rankflow.theory import lipschitz_constant
+      >>> problem = Problem("completion", 2, 2, 1, 3, (1.0,))  # entry (0, 0) observed twice
+      >>> data = {"rows": jnp.array([0, 0, 1]), "cols": jnp.array([0, 0, 1]), "y": jnp.ones(3)}
+      >>> round(float(lipschitz_constant(problem, data)), 4)  # (mn/N)·2
+      2.6667
+      >>> H = jax.jit(jax.hessian(problem.loss))(jnp.zeros((2, 2)), data).reshape(4, 4)
+      >>> round(float(jnp.linalg.eigvalsh(H).max()), 4)
+      2.6667
     """
     kind = problem.kind
     if kind == "diagonal":
@@ -176,6 +232,16 @@ def nuclear_minimiser(
 
     Returns:
       A :class:`ProxGradientResult` ``(W, iterations, converged)``; ``W`` is (m, n).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.core.problems import Problem
+      >>> from rankflow.theory import nuclear_minimiser
+      >>> problem = Problem("diagonal", 2, 2, 2, 0, (1.0, 0.25))  # L = ½‖W − diag(1, ¼)‖²
+      >>> result = nuclear_minimiser(problem, {"target": jnp.diag(jnp.array([1.0, 0.25]))}, 0.5)
+      >>> S = jnp.linalg.svd(result.W, compute_uv=False)  # 1 − λ, and ¼ < λ cut to 0
+      >>> bool(result.converged), [round(float(s), 4) for s in S]
+      (True, [0.5, 0.0])
     """
     if W0 is None:
         dtype = float_dtype(data["target"]) if "target" in data else jnp.result_type(float)
@@ -191,7 +257,18 @@ def nuclear_minimiser(
 def quadratic_form(problem: Problem) -> Callable:
     """T3 (the ridge contrast): ``data ↦ (H, g)``, the constant Hessian and the gradient
     at 0 of a quadratic loss in ``vec W`` (float64), one compiled program per problem
-    structure."""
+    structure.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from rankflow.core.problems import Problem
+      >>> from rankflow.theory import quadratic_form
+      >>> problem = Problem("diagonal", 2, 2, 2, 0, (1.0, 0.25))  # L = ½‖W − diag(1, ¼)‖²
+      >>> with jax.enable_x64(True):  # the form is float64
+      ...     H, g = quadratic_form(problem)({"target": jnp.diag(jnp.array([1.0, 0.25]))})
+      ...     print(H.dtype, bool((H == jnp.eye(4)).all()), g.tolist())  # H = I, g = ∇L(0)
+      float64 True [-1.0, 0.0, 0.0, -0.25]
+    """
     m, n = problem.shape
 
     def hg(data):
@@ -210,7 +287,15 @@ def ridge_minimisers(H: np.ndarray, g: np.ndarray, lams, shape) -> list[np.ndarr
     ``L(w) = ½wᵀHw + gᵀw + c``: ``w = −(H + λI)⁻¹g`` from one eigendecomposition of H (at
     λ = 0 the least-squares solution, eigenvalues below 1e-12 of the largest left out).
     Plain L2 on an unfactorised W shrinks every direction by ``1/(h + λ)``: no singular
-    value is thresholded to zero, unlike :func:`nuclear_minimiser`. Numpy."""
+    value is thresholded to zero, unlike :func:`nuclear_minimiser`. Numpy.
+
+    Examples:
+      >>> import numpy as np
+      >>> from rankflow.theory import ridge_minimisers
+      >>> H, g = np.eye(2), -np.array([1.0, 0.25])  # L = ½‖w − (1, ¼)‖²
+      >>> [w.tolist() for w in ridge_minimisers(H, g, [0.0, 1.0], (2,))]  # w/(1 + λ): none is 0
+      [[1.0, 0.25], [0.5, 0.125]]
+    """
     evals, Q = np.linalg.eigh(H)
     gq = Q.T @ g
     out = []
