@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import shlex
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..config.fields import MAX_RUNS, Schema, parse_set
+from ..config.fields import MAX_RUNS, Field, Schema, parse_set
 from ..engine import devices
 from ..engine.store import STATUS
 
@@ -23,8 +23,10 @@ __all__ = [
     "WIDTH",
     "attention_epilog",
     "epilog",
+    "key_rows",
     "keys_help",
     "run_epilog",
+    "toml_literal",
 ]
 
 WIDTH = 79
@@ -55,7 +57,7 @@ def _wrap(text: str, indent: str, more: str) -> list[str]:
     )
 
 
-def _toml(value: Any) -> str:
+def toml_literal(value: Any) -> str:
     """A default as it is written in TOML (and in ``--set``)."""
     if value is None:
         return "unset"
@@ -64,26 +66,37 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
     return repr(value)
+
+
+def key_rows(schema: Schema, numeric_keys: Iterable[str]) -> Iterator[tuple[str, str, Field, bool]]:
+    """``(section, dotted key, field, numeric)`` of every key of ``schema``, in schema order:
+    what :func:`keys_help` prints, and what the documentation's config reference
+    (``docs/hooks.py``) tabulates."""
+    numeric = set(numeric_keys)
+    for sec, fields in schema.items():
+        for name, f in fields.items():
+            key = f"{sec}.{name}" if sec else name
+            yield sec, key, f, key in numeric
 
 
 def keys_help(schema: Schema, numeric_keys: Iterable[str]) -> str:
     """Every key of ``schema``, one TOML table after another: ``key = default: meaning``,
     numeric keys marked ``*``, and below an enumerated key ``one of: a, b, …``."""
-    numeric = set(numeric_keys)
     lines = [
         "config keys, by TOML table (key = default: meaning); keys marked * are numeric:",
         "sweeping them shares one compiled program. Enumerated keys list their values.",
     ]
-    for sec, fields in schema.items():
-        lines.append("")
-        for name, f in fields.items():
-            key = f"{sec}.{name}" if sec else name
-            star = "*" if key in numeric else " "
-            lines += _wrap(f"{key} = {_toml(f.default)}: {f.doc}", f"  {star}", "      ")
-            if f.choices is not None:
-                lines += _wrap(f"one of: {', '.join(f.choices)}", "      ", "        ")
+    last = None
+    for sec, key, f, numeric in key_rows(schema, numeric_keys):
+        if sec != last:
+            lines.append("")
+            last = sec
+        star = "*" if numeric else " "
+        lines += _wrap(f"{key} = {toml_literal(f.default)}: {f.doc}", f"  {star}", "      ")
+        if f.choices is not None:
+            lines += _wrap(f"one of: {', '.join(f.choices)}", "      ", "        ")
     return "\n".join(lines)
 
 
@@ -101,7 +114,7 @@ def set_help(schema: Schema) -> list[str]:
     kind = schema["dynamics"]["kind"]
     other = next(k for k in kind.choices or () if k != kind.default)
     ((key, values),) = parse_set(shlex.split(SWEEP_EXAMPLE)[1:]).items()
-    in_toml = f"{json.dumps(key.removeprefix('sweep.'))} = {_toml(values)}"
+    in_toml = f"{json.dumps(key.removeprefix('sweep.'))} = {toml_literal(values)}"
     return [
         "",
         *_wrap(
