@@ -45,6 +45,19 @@ def run(
 
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
+
+    Examples:
+      GD on the diagonal problem ½‖ABᵀ − diag(1, 0.5)‖² with weight decay λ = 0.1, three
+      saves; the limit is the soft-thresholded target, each singular value less λ:
+
+      >>> import rankflow
+      >>> df = rankflow.run({"problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},
+      ...                    "model": {"r": 2}, "dynamics": {"kind": "gd", "eta": 0.1, "lam": 0.1},
+      ...                    "save": {"t1": 500, "num": 3}})
+      >>> df.shape, df["t"].tolist(), df["status"].astype(str).unique().tolist()
+      ((3, 33), [0.0, 250.0, 500.0], ['ok'])
+      >>> df[["sv_1", "sv_2"]].iloc[-1].round(3).tolist()
+      [0.9, 0.4]
     """
     options = dict(out=out, resume=resume, chunk=chunk, executor=executor, slurm=slurm)
     df, _ = engine.run(CORE, config, overrides, quiet=quiet, **options)

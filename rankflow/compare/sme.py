@@ -135,6 +135,19 @@ def weak_order(table: pd.DataFrame, observable: str) -> tuple[float, float]:
     points scatter about the line by more than their errors (k points; k = 2: the
     weights' standard error unscaled). Rows with a non-finite or zero error or standard
     error are dropped; fewer than two rows left give ``(nan, nan)``.
+
+    Examples:
+      Errors that halve (nearly) with η, each known to ±0.001:
+
+      >>> import pandas as pd
+      >>> from rankflow.compare import weak_order
+      >>> table = pd.DataFrame({"observable": "loss", "dynamics.eta": [0.1, 0.05, 0.025],
+      ...                       "error": [0.02, 0.0105, 0.005], "error_se": 0.001})
+      >>> p, stderr = weak_order(table, "loss")
+      >>> round(p, 2), round(stderr, 2)
+      (0.97, 0.11)
+      >>> weak_order(table, "balance_trace")  # no rows for it
+      (nan, nan)
     """
     rows = table[table["observable"] == observable]
     eta = rows["dynamics.eta"].to_numpy(float)

@@ -449,7 +449,19 @@ def resolve(
     """Load, override, fill defaults and validate every point of the sweep. Returns the
     base config, holding the derived values every point shares (see
     :func:`rankflow.config.fields.shared_base`); its ``sweep`` table is validated but not
-    expanded: see :func:`expand`."""
+    expanded: see :func:`expand`.
+
+    Examples:
+      >>> import rankflow
+      >>> cfg = rankflow.resolve({"dynamics": {"kind": "gd", "eta": 0.05}},
+      ...                        overrides={"sweep.dynamics.lam": [0.0, 0.1]})
+      >>> cfg["dynamics"]["eta"], cfg["model"]["r"], cfg["problem"]["kind"]
+      (0.05, 5, 'diagonal')
+      >>> cfg["problem"]["m"], cfg["problem"]["singular_values"]  # derived from the default
+      (5, [0.2, 0.4, 0.6, 0.8, 1.0])
+      >>> cfg["sweep"]
+      {'dynamics.lam': [0.0, 0.1]}
+    """
     cfg = schema_lib.read_config(source, overrides, SCHEMA)
     # Validated now (every point, or of a large sweep its representatives), so that no
     # bad point surfaces after compiling.

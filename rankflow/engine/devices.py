@@ -290,6 +290,18 @@ def use_all_cores() -> CpuDevices:
     Raises:
       ConfigError: JAX's backends have started (a computation, ``jax.devices()``), so
         the count can no longer change.
+
+    Examples:
+      It acts on a process in which JAX has not started, so this example runs one (here
+      with the count set to 2 by ``RANKFLOW_CPU_DEVICES``; unset, one per core):
+
+      >>> import os, subprocess, sys
+      >>> code = ("import jax, rankflow; s = rankflow.use_all_cores(); "
+      ...         "print(s.count, s.source, jax.device_count(), rankflow.use_all_cores() == s)")
+      >>> env = dict(os.environ, JAX_PLATFORMS="cpu", RANKFLOW_CPU_DEVICES="2")
+      >>> run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+      >>> print(run.stdout.decode().strip())
+      2 RANKFLOW_CPU_DEVICES=2 2 True
     """
     if jax_started() and not _SETTING.applied:
         raise ConfigError(_STARTED)

@@ -426,7 +426,22 @@ def load(path: str | Path, *, table: str = RESULTS, strict: bool = False) -> pd.
     canonical order (run_id, path, t). Only the chunks of the manifest's config and
     plan are read: others are named in a ``UserWarning``, as are missing chunks (how
     many runs are absent); ``strict``: raise :class:`ResultsError` instead. A missing,
-    empty or corrupt directory raises :class:`ResultsError` naming the path."""
+    empty or corrupt directory raises :class:`ResultsError` naming the path.
+
+    Examples:
+      A sweep over two seeds written by :func:`rankflow.run`, read back:
+
+      >>> import tempfile
+      >>> import rankflow
+      >>> cfg = {"problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},
+      ...        "model": {"r": 2}, "dynamics": {"kind": "gd", "eta": 0.1, "lam": 0.1},
+      ...        "save": {"t1": 500, "num": 3}, "sweep": {"seed": [0, 1]}}
+      >>> with tempfile.TemporaryDirectory() as out:
+      ...     _ = rankflow.run(cfg, out=out)
+      ...     df = rankflow.load(out)
+      >>> df.shape, df["run_id"].tolist(), df["t"].tolist()
+      ((6, 33), [0, 0, 0, 1, 1, 1], [0.0, 250.0, 500.0, 0.0, 250.0, 500.0])
+    """
     p = Path(path)
     if not p.exists():
         raise ResultsError(f"{p}: no such results directory")

@@ -39,6 +39,26 @@ class Checkpoint:
     ``path``: what the user named; ``files``: the safetensors files; ``where``: tensor
     name → its file; ``shapes``/``dtypes``: from the headers (dtype as safetensors
     spells it, e.g. ``"BF16"``); ``config``: the parsed ``config.json`` or ``None``.
+
+    Examples:
+        A one-layer GPT-2 checkpoint (``Conv1D`` weights stored ``(in, out)``), its
+        headers, then one tensor read:
+
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import open_checkpoint
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({"h.0.attn.c_attn.weight": np.ones((8, 24), np.float32),
+        ...                "h.0.attn.c_proj.weight": np.eye(8)}, d + "/model.safetensors")
+        ...     ckpt = open_checkpoint(d)
+        ...     W_O = ckpt.read(["h.0.attn.c_proj.weight"])["h.0.attn.c_proj.weight"]
+        >>> ckpt.names
+        ['h.0.attn.c_attn.weight', 'h.0.attn.c_proj.weight']
+        >>> ckpt.shapes["h.0.attn.c_attn.weight"], ckpt.dtypes["h.0.attn.c_attn.weight"]
+        ((8, 24), 'F32')
+        >>> ckpt.config is None, W_O.dtype, float(W_O.trace())
+        (True, dtype('float64'), 8.0)
     """
 
     path: Path
@@ -211,6 +231,25 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
 
     Raises :class:`InspectError` for a missing path, a truncated or corrupt file, an
     index naming missing shards or tensors, or an unreadable ``config.json``.
+
+    Examples:
+        A folder with ``model.safetensors`` and the ``config.json`` of GPT-2's naming:
+
+        >>> import json, pathlib, tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import open_checkpoint
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({"h.0.attn.c_attn.weight": np.zeros((8, 24)),
+        ...                "h.0.attn.c_proj.weight": np.zeros((8, 8))}, d + "/model.safetensors")
+        ...     cfg = {"model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_layer": 1}
+        ...     _ = pathlib.Path(d, "config.json").write_text(json.dumps(cfg))
+        ...     ckpt = open_checkpoint(d)
+        >>> [f.name for f in ckpt.files], ckpt.config["n_head"], len(ckpt.names)
+        (['model.safetensors'], 2, 2)
+        >>> open_checkpoint("no/such/model.safetensors")
+        Traceback (most recent call last):
+        rankflow.inspect._errors.InspectError: no/such/model.safetensors: no such file or directory
     """
     path = Path(path)
     single, index, config_path = _resolve(path)

@@ -106,6 +106,15 @@ class Layout:
     across the whole projection: OLMo-2), which breaks the pure product form.
     ``source``: where the head count came from. ``notes``: what the family's attention
     does to the product form beyond the fields above (for the summary).
+
+    Examples:
+        Grouped-query attention as in Llama: 8 query heads sharing 2 key/value heads.
+
+        >>> from rankflow.inspect import Layout
+        >>> lay = Layout("llama", "llama", "model.layers.", n_layers=2, d_model=64, n_heads=8,
+        ...              n_kv_heads=2, head_dim=8, rotary_dim=8, qk_norm=False, source="doc")
+        >>> lay.group_size, lay.as_dict()["stack"]
+        (4, 'model.layers.')
     """
 
     arch: str  # bert | gpt2 | gpt_neox | llama | vit
@@ -134,7 +143,16 @@ class Layout:
 class LayerWeights:
     """One layer's attention weights in ``(in, out)`` orientation, stored dtype (views
     of the arrays read). ``Wq``: (D, H·d_h), ``Wk``/``Wv``: (D, H_kv·d_h), ``Wo``:
-    (H·d_h, D); biases ``(H·d_h,)`` / ``(H_kv·d_h,)`` or ``None``."""
+    (H·d_h, D); biases ``(H·d_h,)`` / ``(H_kv·d_h,)`` or ``None``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import LayerWeights
+        >>> W = np.arange(32.0).reshape(4, 8)  # D = 4, two heads of d_h = 4
+        >>> lw = LayerWeights(W, W, W, W.T, None, None, None, head_dim=4)
+        >>> lw.query(1).shape, bool((lw.query(1) == W[:, 4:]).all()), lw.output_t(1).shape
+        ((4, 4), True, (4, 4))
+    """
 
     Wq: np.ndarray
     Wk: np.ndarray
@@ -169,7 +187,14 @@ class LayerWeights:
 
 def layer_tensor_names(layout: Layout, i: int) -> dict[str, str]:
     """Role → tensor name in layer ``i``. Roles: ``q k v o`` (separate projections) or
-    ``qkv o`` (GPT-2, GPT-NeoX), each with a ``_bias`` twin (which may be absent)."""
+    ``qkv o`` (GPT-2, GPT-NeoX), each with a ``_bias`` twin (which may be absent).
+
+    Examples:
+        >>> from rankflow.inspect import Layout, layer_tensor_names
+        >>> lay = Layout("gpt2", "gpt2", "h.", 2, 8, 2, 2, 4, 0, False, "config.json")
+        >>> layer_tensor_names(lay, 1)["qkv"], layer_tensor_names(lay, 1)["o_bias"]
+        ('h.1.attn.c_attn.weight', 'h.1.attn.c_proj.bias')
+    """
     base = f"{layout.stack}{i}."
     if layout.arch in _FUSED:
         roles = _FUSED[layout.arch]
@@ -241,7 +266,19 @@ def check_shapes(ckpt: Checkpoint, layout: Layout, layers: list[int]) -> dict[in
 
 
 def canonical(layout: Layout, tensors: dict[str, np.ndarray]) -> LayerWeights:
-    """A layer's tensors (role → array, as read) in ``(in, out)`` orientation."""
+    """A layer's tensors (role → array, as read) in ``(in, out)`` orientation.
+
+    Examples:
+        GPT-2's fused ``c_attn`` weight ``[W_Q | W_K | W_V]`` (D × 3·H·d_h) split:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import Layout, canonical
+        >>> lay = Layout("gpt2", "gpt2", "h.", 1, 4, 2, 2, 2, 0, False, "config.json")
+        >>> qkv = np.arange(48.0).reshape(4, 12)
+        >>> lw = canonical(lay, {"qkv": qkv, "o": np.eye(4)})
+        >>> lw.Wq.shape, bool((lw.Wk == qkv[:, 4:8]).all()), bool((lw.key(1) == qkv[:, 6:8]).all())
+        ((4, 4), True, True)
+    """
     if layout.arch == "gpt2":
         w, b = tensors["qkv"], tensors.get("qkv_bias")
         width = layout.n_heads * layout.head_dim
@@ -481,7 +518,22 @@ def _family_notes(ckpt: Checkpoint, stack: str) -> tuple[tuple[str, ...], bool]:
 def infer_layout(ckpt: Checkpoint, arch: str = "auto", heads: int | None = None) -> Layout:
     """The architecture (``arch``, or config.json's ``model_type``, or the tensor names)
     and head layout (``heads``, or config.json, or the family's usual head dimension,
-    which the returned ``source`` says was assumed)."""
+    which the returned ``source`` says was assumed).
+
+    Examples:
+        Without ``config.json`` the tensor names give the family, ``heads`` the heads:
+
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import infer_layout, open_checkpoint
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({f"h.{i}.attn.{n}.weight": np.zeros((8, k)) for i in (0, 1)
+        ...                for n, k in (("c_attn", 24), ("c_proj", 8))}, d + "/model.safetensors")
+        ...     lay = infer_layout(open_checkpoint(d), heads=2)
+        >>> lay.arch, lay.n_layers, lay.d_model, lay.n_heads, lay.head_dim, lay.source
+        ('gpt2', 2, 8, 2, 4, '--heads')
+    """
     arch, model_type, stack, indices = _find_arch(ckpt, arch)
     keys = _CONFIG_KEYS.get(arch, _CONFIG_KEYS["default"])
     n_layers = _check_layer_count(ckpt, arch, stack, indices, keys)

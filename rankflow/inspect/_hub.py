@@ -40,7 +40,19 @@ def split_revision(name: str) -> tuple[str, str | None]:
 
 
 def hub_cache() -> Path:
-    """The Hugging Face hub cache folder this process would use now."""
+    """The Hugging Face hub cache folder this process would use now.
+
+    Examples:
+        >>> import os
+        >>> from unittest import mock
+        >>> from rankflow.inspect import hub_cache
+        >>> with mock.patch.dict(os.environ, {"HF_HUB_CACHE": "/data/hf-cache"}):
+        ...     print(hub_cache().as_posix())
+        /data/hf-cache
+        >>> with mock.patch.dict(os.environ, {"HF_HUB_CACHE": "", "HF_HOME": "/data/hf"}):
+        ...     print(hub_cache().as_posix())
+        /data/hf/hub
+    """
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     home = os.environ.get("HF_HOME") or Path(
@@ -69,6 +81,26 @@ def resolve_repo(name: str, revision: str | None = None) -> Path:
     Raises :class:`InspectError` in one line: ``huggingface_hub`` missing, the model or
     revision not in the cache (offline, or the network unreachable), or unknown to the
     Hub.
+
+    Examples:
+        Offline, from a cache holding ``org/tiny`` (a ref naming a commit, and that
+        commit's snapshot folder):
+
+        >>> import os, pathlib, tempfile
+        >>> from unittest import mock
+        >>> from rankflow.inspect import resolve_repo
+        >>> with tempfile.TemporaryDirectory() as cache:
+        ...     repo = pathlib.Path(cache, "models--org--tiny")
+        ...     (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+        ...     (repo / "refs").mkdir()
+        ...     _ = (repo / "refs" / "main").write_text("c0ffee")
+        ...     with mock.patch.dict(os.environ, {"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"}):
+        ...         print(resolve_repo("org/tiny").relative_to(cache).as_posix())
+        models--org--tiny/snapshots/c0ffee
+        >>> with mock.patch.dict(os.environ, {"HF_HUB_CACHE": "/no/cache", "HF_HUB_OFFLINE": "1"}):
+        ...     resolve_repo("org/tiny@v2")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        rankflow.inspect._errors.InspectError: org/tiny@v2: not in the Hugging Face cache ...
     """
     repo, rev = split_revision(name)
     rev = revision or rev or "main"

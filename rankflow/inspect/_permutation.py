@@ -65,6 +65,13 @@ def unit_statistics(pair: str, rotary_dim: int, head_dim: int) -> tuple[str, ...
     beside it, and with partial rotary (``rotary_dim < head_dim``) the Gram gap of the
     non-rotary dimensions ``rotary_dim..head_dim``, which nothing rotates, so that the
     whole sub-block balances (``nonrotary_gap_rel``). Otherwise the full Gram gap.
+
+    Examples:
+        >>> from rankflow.inspect import unit_statistics
+        >>> unit_statistics("qk", rotary_dim=32, head_dim=64)  # partial rotary
+        ('rotary_gap_rel', 'balance_gap_rel', 'nonrotary_gap_rel')
+        >>> unit_statistics("vo", rotary_dim=32, head_dim=64)  # nothing rotates v or o
+        ('balance_gap_rel',)
     """
     if pair == "qk" and rotary_dim:
         return (ROTARY, GRAM) + ((NONROTARY,) if rotary_dim < head_dim else ())
@@ -97,6 +104,14 @@ def pairwise_gap_rel(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
 
     On flattened Grams this is ``balance_gap_rel`` of A_u with B_v. Two zero vectors
     (a dead unit paired with a dead unit) are equal, hence balanced: gap 0, not NaN.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import pairwise_gap_rel
+        >>> xa = np.array([[1.0, 0.0], [0.0, 0.0]])  # the second unit is dead
+        >>> xb = np.array([[1.0, 0.0], [0.0, 0.0], [3.0, 0.0]])
+        >>> pairwise_gap_rel(xa, xb).tolist()
+        [[0.0, 2.0, 1.0], [2.0, 0.0, 2.0]]
     """
     xa, xb = np.asarray(xa, np.float64), np.asarray(xb, np.float64)
     na2, nb2 = np.einsum("uk,uk->u", xa, xa), np.einsum("vk,vk->v", xb, xb)
@@ -136,7 +151,15 @@ class PermutationTest:
     ``effect = observed / null_median`` (1: no better than chance pairings, 0: exact
     balance); ``p``: the permutation p-value; ``p_min``: the smallest p the test can
     give; ``n_perm``: null pairings used (all non-identity ones when ``exact``);
-    ``log10_pairings``: log10 of the number of distinct pairings, L·log10(U!)."""
+    ``log10_pairings``: log10 of the number of distinct pairings, L·log10(U!).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import permutation_test
+        >>> test = permutation_test(np.ones((1, 3, 3)) - 0.9 * np.eye(3))  # 1 layer, 3 units
+        >>> test.n_pairings, test.exact, test.n_perm, round(test.p_min, 4)
+        (6, True, 5, 0.1667)
+    """
 
     statistic: str
     n_layers: int
@@ -197,6 +220,19 @@ def permutation_test(
     ``p = #{T ≤ T_obs}/N``, the identity counting itself); otherwise ``n_perm`` are drawn
     (seeded) and ``p = (1 + #{T_null ≤ T_obs})/(1 + n_perm)``. Either way p is never
     below ``p_min = 1/(1 + n)``, n the null pairings used.
+
+    Examples:
+        One layer of four units whose true pairs (the diagonal) have gap 0.1 against 1
+        for every other pairing: all 4! pairings are enumerated and p is the smallest.
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import permutation_test
+        >>> test = permutation_test(np.ones((1, 4, 4)) - 0.9 * np.eye(4))
+        >>> test.exact, test.n_perm, round(test.p, 4), round(test.effect, 2)
+        (True, 23, 0.0417, 0.1)
+        >>> t = permutation_test(np.ones((3, 6, 6)) - 0.9 * np.eye(6), n_perm=99, seed=0)
+        >>> t.exact, t.n_perm, t.p, round(t.log10_pairings, 1)  # 720³ pairings: drawn
+        (False, 99, 0.01, 8.6)
     """
     gaps = np.asarray(gaps, dtype=np.float64)
     L, U, _ = gaps.shape
@@ -240,7 +276,17 @@ def permutation_test(
 
 
 def passes(test: PermutationTest, alpha: float, margin: float) -> bool:
-    """The verdict rule: significant (``p ≤ alpha``) and large (``effect ≤ margin``)."""
+    """The verdict rule: significant (``p ≤ alpha``) and large (``effect ≤ margin``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import passes, permutation_test
+        >>> balanced = permutation_test(np.ones((1, 4, 4)) - 0.9 * np.eye(4))  # p = 1/24
+        >>> passes(balanced, alpha=0.05, margin=0.5), passes(balanced, alpha=0.01, margin=0.5)
+        (True, False)
+        >>> passes(permutation_test(np.ones((1, 4, 4))), alpha=0.05, margin=0.5)  # no signal
+        False
+    """
     return bool(test.p <= alpha and np.isfinite(test.effect) and test.effect <= margin)
 
 
@@ -250,7 +296,13 @@ def passes(test: PermutationTest, alpha: float, margin: float) -> bool:
 @dataclass(frozen=True)
 class UnitShape:
     """Shapes of one pair kind's theory units: per layer ``n_units`` pairs of factors
-    A (m×r) and B (n×r); ``rotary_dim`` as in :class:`Layout` (key–query only)."""
+    A (m×r) and B (n×r); ``rotary_dim`` as in :class:`Layout` (key–query only).
+
+    Examples:
+        >>> from rankflow.inspect import UnitShape
+        >>> UnitShape(n_layers=12, n_units=12, m=768, n=768, r=64)  # GPT-2 small's heads
+        UnitShape(n_layers=12, n_units=12, m=768, n=768, r=64, rotary_dim=0)
+    """
 
     n_layers: int
     n_units: int
@@ -263,7 +315,17 @@ class UnitShape:
 def unit_shapes(layout: Layout, n_layers: int | None = None) -> dict[str, UnitShape]:
     """Per pair kind, the theory units of ``layout`` as ``inspect_layer`` forms them:
     heads (m = n = D), or per grouped-query group of G query heads the stacked query
-    factor (m = G·D) against the key, and the value against the stacked W_Oᵀ (n = G·D)."""
+    factor (m = G·D) against the key, and the value against the stacked W_Oᵀ (n = G·D).
+
+    Examples:
+        >>> from rankflow.inspect import Layout, unit_shapes
+        >>> lay = Layout("llama", "llama", "model.layers.", 2, 16, 4, 2, 4, 4, False, "doc")
+        >>> shapes = unit_shapes(lay)  # 4 query heads in 2 groups: G = 2
+        >>> shapes["qk"]
+        UnitShape(n_layers=2, n_units=2, m=32, n=16, r=4, rotary_dim=4)
+        >>> shapes["vo"]
+        UnitShape(n_layers=2, n_units=2, m=16, n=32, r=4, rotary_dim=0)
+    """
     L = layout.n_layers if n_layers is None else n_layers
     D, G, U, r = layout.d_model, layout.group_size, layout.n_kv_heads, layout.head_dim
     return {
@@ -278,6 +340,15 @@ def wishart_grams(rng: np.random.Generator, m: int, r: int, size: int) -> np.nda
     Exact in law, in O(r³) each, by the Bartlett decomposition: ``XᵀX = T Tᵀ`` with T
     lower triangular, ``T_ii² ~ χ²(m − i)`` (i = 0…r−1) and ``T_ij ~ N(0, 1)`` below the
     diagonal, for m ≥ r; for m < r X itself is drawn.
+
+    Examples:
+        The mean of XᵀX is m·I:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import wishart_grams
+        >>> G = wishart_grams(np.random.default_rng(0), m=5, r=2, size=20_000)
+        >>> G.shape, bool(np.allclose(G.mean(axis=0), 5 * np.eye(2), atol=0.1))
+        ((20000, 2, 2), True)
     """
     if m < r:
         X = rng.standard_normal((size, m, r))
@@ -305,7 +376,16 @@ def _random_features(rng, rows: int, shape: UnitShape, statistic: str) -> np.nda
 
 def random_init_gaps(rng: np.random.Generator, shape: UnitShape, statistic: str) -> np.ndarray:
     """The (L, U, U) gap matrices of one random-initialised checkpoint of ``shape``
-    (every weight iid N(0, s²)), sampled from the Grams' exact law, no weights needed."""
+    (every weight iid N(0, s²)), sampled from the Grams' exact law, no weights needed.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import UnitShape, random_init_gaps
+        >>> shape = UnitShape(n_layers=2, n_units=3, m=16, n=16, r=4)
+        >>> gaps = random_init_gaps(np.random.default_rng(0), shape, "balance_gap_rel")
+        >>> gaps.shape, bool((gaps > 0).all())  # no pairing balanced, the true ones neither
+        ((2, 3, 3), True)
+    """
     return np.stack(
         [
             pairwise_gap_rel(
@@ -322,7 +402,15 @@ class FalsePositives:
     """How often the verdict passes on random-initialised checkpoints: ``n_pass`` of
     ``n_seeds`` (``rate``), and ``n_significant`` of them with ``p ≤ alpha`` alone (the
     calibration of p, ≈ alpha); ``n_perm`` null pairings per test; ``n_seeds = 0`` when
-    not simulated (a test that cannot reach alpha never passes)."""
+    not simulated (a test that cannot reach alpha never passes).
+
+    Examples:
+        >>> from rankflow.inspect import FalsePositives
+        >>> FalsePositives(n_seeds=20, n_pass=1, n_significant=2, n_perm=99).rate
+        0.05
+        >>> FalsePositives(0, 0, 0, 0).rate  # not simulated
+        0.0
+    """
 
     n_seeds: int
     n_pass: int
@@ -347,7 +435,20 @@ def false_positive_rate(
     """Run the verdict (:func:`permutation_test`, :func:`passes`) on ``n_seeds``
     random-initialised checkpoints of ``shape`` (seeds ``(seed, k)``), each sampled by
     :func:`random_init_gaps`. Skipped (``n_seeds = 0``) when the test cannot reach
-    ``alpha`` at this shape."""
+    ``alpha`` at this shape.
+
+    Examples:
+        Two layers of three heads (6² = 36 pairings, enumerated) at random
+        initialisation: no seed passes the verdict.
+
+        >>> from rankflow.inspect import UnitShape, false_positive_rate
+        >>> shape = UnitShape(n_layers=2, n_units=3, m=16, n=16, r=4)
+        >>> false_positive_rate(shape, "balance_gap_rel", alpha=0.05, margin=0.5, n_seeds=20)
+        FalsePositives(n_seeds=20, n_pass=0, n_significant=0, n_perm=35)
+        >>> one = UnitShape(n_layers=1, n_units=2, m=16, n=16, r=4)  # p ≥ 1/2: skipped
+        >>> false_positive_rate(one, "balance_gap_rel", alpha=0.05, margin=0.5)
+        FalsePositives(n_seeds=0, n_pass=0, n_significant=0, n_perm=0)
+    """
     _, n = null_size(shape.n_layers, shape.n_units, n_perm)
     if 1.0 / (1.0 + n) > alpha:
         return FalsePositives(0, 0, 0, 0)

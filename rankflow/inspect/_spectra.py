@@ -87,7 +87,15 @@ def _shape(m: int, n: int) -> tuple[int, int]:
 
 def noise_sigma(s: np.ndarray, m: int, n: int) -> float:
     """σ̂ of an m×n matrix with singular values ``s`` (all min(m, n) of them), by the
-    median rule of Gavish & Donoho: s_med / √(m·μ_β), m the larger side."""
+    median rule of Gavish & Donoho: s_med / √(m·μ_β), m the larger side.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import noise_sigma
+        >>> Z = 0.5 * np.random.default_rng(0).standard_normal((200, 100))  # σ = 0.5
+        >>> round(noise_sigma(np.linalg.svd(Z, compute_uv=False), 200, 100), 1)
+        0.5
+    """
     m, n = _shape(m, n)
     return float(np.median(s) / np.sqrt(m * mp_median(n / m)))
 
@@ -105,7 +113,20 @@ def powerlaw_fit(evals: np.ndarray, min_tail: int = MIN_TAIL) -> tuple[float, fl
     fitted to the positive ``evals`` by maximum likelihood (α = 1 + n / Σ log(x/xmin)),
     xmin the candidate minimising the Kolmogorov–Smirnov distance D between the tail's
     empirical and fitted distributions (Clauset, Shalizi & Newman 2009, as powerlaw and
-    weightwatcher do). NaNs where fewer than ``min_tail`` eigenvalues exist."""
+    weightwatcher do). NaNs where fewer than ``min_tail`` eigenvalues exist.
+
+    Examples:
+        5,000 draws of the Pareto law p(x) ∝ x^−3 on x ≥ 1:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import powerlaw_fit
+        >>> x = (1 - np.random.default_rng(0).random(5000)) ** -0.5
+        >>> alpha, D, xmin, n_tail = powerlaw_fit(x)
+        >>> round(alpha, 1), n_tail > 1000
+        (3.0, True)
+        >>> powerlaw_fit(np.array([1.0, 2.0, 3.0]))  # too few for a tail
+        (nan, nan, nan, 0)
+    """
     x = np.sort(np.asarray(evals, dtype=np.float64))
     x = x[x > 0]
     N = len(x)
@@ -164,7 +185,25 @@ def _matrix_noise(s: np.ndarray, m: int, n: int) -> tuple[float, float, float]:
 
 
 def matrix_spectrum(X: np.ndarray) -> dict:
-    """:data:`SPECTRUM_COLUMNS` of one matrix X (m×n), its noise edge by the median rule."""
+    """:data:`SPECTRUM_COLUMNS` of one matrix X (m×n), its noise edge by the median rule.
+
+    Examples:
+        Noise of σ = 0.5 (bulk edge σ(√200 + √100) ≈ 12) plus one planted direction
+        ``2uvᵀ/10``, whose singular value (≈ 25) stands out as the one spike:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import matrix_spectrum
+        >>> rng = np.random.default_rng(0)
+        >>> Z = 0.5 * rng.standard_normal((200, 100))
+        >>> u, v = rng.standard_normal(200), rng.standard_normal(100)
+        >>> s = matrix_spectrum(Z + 2 * np.outer(u, v) / 10)
+        >>> s["m"], s["n"], s["num_evals"], s["num_spikes"], round(s["mp_sigma"], 1)
+        (200, 100, 100, 1, 0.5)
+        >>> bool(s["spectral_norm"] ** 0.5 > 2 * s["mp_edge"])
+        True
+        >>> matrix_spectrum(Z)["num_spikes"]  # the noise alone
+        0
+    """
     m, n = X.shape
     s = np.linalg.svd(np.asarray(X, dtype=np.float64), compute_uv=False)
     return spectrum_statistics(s, m, n, *_matrix_noise(s, m, n))
@@ -181,7 +220,22 @@ def free_product_edge(c: float) -> float:
 def product_spectrum(A: np.ndarray, B: np.ndarray) -> dict:
     """:data:`SPECTRUM_COLUMNS` of W = ABᵀ (A, B: D×r, D ≥ r): its r nonzero singular
     values (those of R_A R_Bᵀ from the QR factors) against the free-product edge of two
-    noise factors, each factor's σ by the median rule (module docstring)."""
+    noise factors, each factor's σ by the median rule (module docstring).
+
+    Examples:
+        Two noise factors (64×4), then the same with two strong shared directions:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import product_spectrum
+        >>> rng = np.random.default_rng(0)
+        >>> A, B = rng.standard_normal((64, 4)), rng.standard_normal((64, 4))
+        >>> s = product_spectrum(A, B)
+        >>> s["m"], s["n"], s["num_evals"], s["num_spikes"]
+        (64, 64, 4, 0)
+        >>> P = np.eye(64, 4) @ np.diag([40.0, 30.0, 0.0, 0.0])
+        >>> product_spectrum(A + P, B + P)["num_spikes"]
+        2
+    """
     D, r = A.shape
     Ra, Rb = np.linalg.qr(A, mode="r"), np.linalg.qr(B, mode="r")
     s = np.linalg.svd(Ra @ Rb.T, compute_uv=False)

@@ -52,6 +52,20 @@ def layer_spectra(
     null shuffling the entries of each factor. Per layer (``head = -1``): the full
     ``q`` (D×H·d_h), ``k``, ``v``, ``o`` by :func:`matrix_spectrum`, the null shuffling
     the matrix. Singular values: one frame per matrix with ``index``, ``sv``, ``rand_sv``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import LayerWeights, Layout, layer_spectra
+        >>> rng = np.random.default_rng(0)
+        >>> W = [rng.standard_normal((16, 16)) for _ in range(4)]  # Wq, Wk, Wv, Wo
+        >>> lw = LayerWeights(*W, None, None, None, head_dim=8)
+        >>> lay = Layout("gpt2", None, "h.", 1, 16, 2, 2, 8, 0, False, "doc")
+        >>> rows, svs = layer_spectra(lw, lay, 0, rng)
+        >>> [(r["matrix"], r["head"]) for r in rows]  # doctest: +NORMALIZE_WHITESPACE
+        [('qk', 0), ('vo', 0), ('qk', 1), ('vo', 1),
+         ('q', -1), ('k', -1), ('v', -1), ('o', -1)]
+        >>> rows[0]["num_evals"], svs[0].columns.tolist()
+        (8, ['layer', 'matrix', 'head', 'index', 'sv', 'rand_sv'])
     """
     rows, svs = [], []
 
@@ -86,7 +100,24 @@ def inspect_spectra(
     :func:`~._run.inspect_checkpoint`'s; ``seed`` draws the shuffles). The spectra table
     has ``layer, matrix, head, group``, :data:`~._spectra.SPECTRUM_COLUMNS` and the
     ``rand_`` twins of :data:`RAND_COLUMNS`; bad input raises ``InspectError`` before any
-    tensor is read. Memory: one layer's attention tensors at a time."""
+    tensor is read. Memory: one layer's attention tensors at a time.
+
+    Examples:
+        A one-layer GPT-2 checkpoint of random weights, D = 16 in two heads:
+
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import inspect_spectra
+        >>> rng = np.random.default_rng(0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({"h.0.attn.c_attn.weight": rng.standard_normal((16, 48)),
+        ...                "h.0.attn.c_proj.weight": rng.standard_normal((16, 16))},
+        ...               d + "/model.safetensors")
+        ...     table, sv = inspect_spectra(d, heads=2)
+        >>> table.shape, sorted(table["matrix"].unique()), sv.shape
+        ((8, 23), ['k', 'o', 'q', 'qk', 'v', 'vo'], (96, 6))
+    """
     ckpt = open_checkpoint(path)
     layout = infer_layout(ckpt, arch=arch, heads=heads)
     chosen = parse_layers(layers, layout.n_layers)
@@ -112,7 +143,15 @@ def with_spectra(
     """An ``outputs`` argument for ``inspect_checkpoint(..., figures=...)`` that writes,
     besides ``figures``' files, ``spectra.parquet``/``.csv`` and ``spectra_sv.parquet``
     (and ``spectra.png`` from ``figure(table, singular values)`` when given), so that
-    they too are written atomically before the inspection's finished marker."""
+    they too are written atomically before the inspection's finished marker.
+
+    Examples:
+        >>> import pandas as pd
+        >>> from rankflow.inspect import with_spectra
+        >>> outputs = with_spectra((pd.DataFrame(), pd.DataFrame()))
+        >>> sorted(outputs(None))  # file name → its writer, for inspect_checkpoint
+        ['spectra.csv', 'spectra.parquet', 'spectra_sv.parquet']
+    """
     table, sv = spectra
 
     def outputs(insp) -> dict[str, Callable[[Path], object]]:

@@ -49,7 +49,18 @@ STATISTICS = (
 @dataclass(frozen=True)
 class Factor:
     """``gram = XᵀX`` and a square root ``S`` of it (``SᵀS = gram``), both r×r, of a
-    factor ``X`` (m×r)."""
+    factor ``X`` (m×r).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import Factor
+        >>> X = np.random.default_rng(0).standard_normal((6, 2))
+        >>> f = Factor.of(X)
+        >>> f.gram.shape, bool(np.allclose(f.S.T @ f.S, X.T @ X))
+        ((2, 2), True)
+        >>> bool(np.allclose(Factor.stack([f, f]).gram, 2 * X.T @ X))  # [X; X]
+        True
+    """
 
     gram: np.ndarray
     S: np.ndarray
@@ -110,6 +121,22 @@ def pair_statistics(
     rotary (``0 < rotary_dim < r``) the dimensions ``rotary_dim..r`` are not rotated, so
     their whole Gram sub-block balances: ``nonrotary_gap_rel``; NaN otherwise.
     Correlations use each entry of the symmetric Grams once (i ≤ j, or i < j).
+
+    Examples:
+        ``B = QA`` with Q orthogonal has ``BᵀB = AᵀA``: balanced, and then the penalty
+        ½(‖A‖² + ‖B‖²) equals ‖ABᵀ‖_* (T1). ``2QA`` is not balanced:
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import pair_statistics
+        >>> rng = np.random.default_rng(0)
+        >>> A = rng.standard_normal((6, 2))
+        >>> Q = np.linalg.qr(rng.standard_normal((6, 6)))[0]
+        >>> s = pair_statistics(A, Q @ A)
+        >>> bool(s["balance_gap_rel"] < 1e-12), bool(abs(s["frob_minus_nuc_rel"]) < 1e-12)
+        (True, True)
+        >>> s = pair_statistics(A, 2 * Q @ A)
+        >>> round(float(s["balance_gap_rel"]), 3), round(s["frob_minus_nuc_rel"], 3), s["rank"]
+        (1.2, 0.2, 2.0)
     """
     a = a if isinstance(a, Factor) else Factor.of(a)
     b = b if isinstance(b, Factor) else Factor.of(b)
