@@ -154,7 +154,7 @@ def _escape(text: str) -> str:
         if i % 2:
             parts[i] = part.replace(r"\|", r"\Vert ").replace("|", r"\vert ")
         else:
-            parts[i] = re.sub(r"([\\*_\[\]<>#|])", r"\\\1", part)
+            parts[i] = re.sub(r"([\\*_\[\]>#|])", r"\\\1", part).replace("<", "&lt;")
     return "$".join(parts)
 
 
@@ -654,7 +654,8 @@ def examples_nav(nav: list, docs: Path = DOCS) -> list:
 
 
 def on_config(config, **kwargs):
-    config["nav"] = examples_nav(config["nav"] or [], Path(config["docs_dir"]))
+    if config["nav"] is not None:
+        config["nav"] = examples_nav(config["nav"], Path(config["docs_dir"]))
     return config
 
 
