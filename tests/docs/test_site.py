@@ -73,7 +73,13 @@ def _small_site(tmp_path: Path, index: str, nav: list) -> Path:
 
 @pytest.mark.parametrize(
     "mutant",
-    ["none", "a link to a missing page", "a nav entry to a missing page", "a page off the nav"],
+    [
+        "none",
+        "a link to a missing page",
+        "a link to a missing anchor",
+        "a nav entry to a missing page",
+        "a page off the nav",
+    ],
 )
 def test_a_broken_link_or_nav_entry_fails_the_build(tmp_path, mutant):
     """The real configuration's strict build over a one-page site: it builds as it is,
@@ -81,6 +87,8 @@ def test_a_broken_link_or_nav_entry_fails_the_build(tmp_path, mutant):
     index, nav = "# Home\n\nSee [the columns](#home).\n", [{"Home": "index.md"}]
     if mutant == "a link to a missing page":
         index += "\nAnd [a page](guides/missing.md).\n"
+    elif mutant == "a link to a missing anchor":
+        index = index.replace("#home", "#missing")
     elif mutant == "a nav entry to a missing page":
         nav.append({"Missing": "guides/missing.md"})
     elif mutant == "a page off the nav":
@@ -91,7 +99,8 @@ def test_a_broken_link_or_nav_entry_fails_the_build(tmp_path, mutant):
         assert res.returncode == 0, res.stderr[-3000:]
     else:
         assert res.returncode != 0, mutant
-        assert "missing.md" in res.stderr or "extra.md" in res.stderr, res.stderr[-3000:]
+        named = ("missing.md", "#missing", "extra.md")
+        assert any(n in res.stderr for n in named), res.stderr[-3000:]
 
 
 # --- the config reference ----------------------------------------------------------------
