@@ -15,7 +15,12 @@ import inspect
 import re
 
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
+import rankflow
+import rankflow.compare
+import rankflow.inspect
 from rankflow import theory
 
 # An ``Example:`` / ``Examples:`` heading of a google-style docstring, on its own line.
@@ -126,5 +131,102 @@ def test_theory_examples_fail_on_a_wrong_formula(monkeypatch):
         assert right.attempted > 2 and right.wrong == right.raised == 0, name
         with monkeypatch.context() as patch:
             patch.setattr(theory, name, mutant)
+            result = run_examples(original)
+        assert result.wrong > 0 and result.raised == 0, name
+
+
+# --- rankflow, rankflow.compare, rankflow.inspect ----------------------------------------
+
+# Public names whose docstring still lacks its example: each example would take its module
+# past the 600 lines that tests/test_architecture.py allows (config/fields.py,
+# inspect/_run.py, inspect/_series.py) until that module is split. The check below fails
+# as soon as one of them has an example, so that it leaves this list at the same time.
+HELD_BACK = {
+    "rankflow": {"ConfigError"},
+    "rankflow.compare": set(),
+    "rankflow.inspect": {
+        "Inspection",
+        "SeriesInspection",
+        "fit_series",
+        "inspect_checkpoint",
+        "inspect_layer",
+        "inspect_series",
+        "is_series",
+        "load_inspection",
+        "load_series",
+        "parse_layers",
+        "predicted_exponents",
+        "read_lr_schedule",
+        "series_sources",
+        "theory_rows",
+    },
+}
+# Functions and classes in each module's __all__ (its constants, e.g. COLUMNS, have none).
+PUBLIC_CALLABLES = {"rankflow": 5, "rankflow.compare": 3, "rankflow.inspect": 44}
+
+
+NAME = lambda module: module.__name__
+
+
+def public_callables(module) -> list[str]:
+    return [
+        n
+        for n in module.__all__
+        if inspect.isfunction(getattr(module, n)) or inspect.isclass(getattr(module, n))
+    ]
+
+
+@pytest.mark.parametrize("module", [rankflow, rankflow.compare, rankflow.inspect], ids=NAME)
+def test_every_public_function_and_class_has_an_example(module):
+    assert len(public_callables(module)) == PUBLIC_CALLABLES[module.__name__]
+    assert sorted(without_example(module)) == sorted(HELD_BACK[module.__name__])
+
+
+def test_public_mutant_without_an_example_is_reported(monkeypatch):
+    def weak_order(table, observable):
+        """The weak order of ``observable``, with no example."""
+
+    class Factor:
+        """``gram = XᵀX`` and its square root.
+
+        >>> Factor  # outside an Examples: section
+        """
+
+    monkeypatch.setattr(rankflow.compare, "weak_order", weak_order)
+    monkeypatch.setattr(rankflow.inspect, "Factor", Factor)
+    assert without_example(rankflow.compare) == ["weak_order"]
+    assert sorted(set(without_example(rankflow.inspect)) - HELD_BACK["rankflow.inspect"]) == [
+        "Factor"
+    ]
+
+
+def test_public_examples_fail_on_a_wrong_formula(monkeypatch):
+    """The examples of ``pairwise_gap_rel`` (relative to the mean of the two norms) and
+    ``weak_order`` (a fit weighted by the inverse variance of each log-error) pass as
+    written, and print other numbers relative to the larger norm, or fitted unweighted."""
+    pairwise, weak_order = rankflow.inspect.pairwise_gap_rel, rankflow.compare.weak_order
+
+    def by_larger_norm(xa, xb):
+        na, nb = np.linalg.norm(xa, axis=1)[:, None], np.linalg.norm(xb, axis=1)[None, :]
+        gap = np.linalg.norm(xa[:, None, :] - xb[None, :, :], axis=2)
+        scale = np.maximum(na, nb)
+        return np.divide(gap, scale, out=np.zeros_like(gap), where=scale > 0)
+
+    def unweighted(table, observable):
+        rows = table[table["observable"] == observable]
+        if len(rows) < 2:
+            return float("nan"), float("nan")
+        x, y = np.log(rows["dynamics.eta"]), np.log(np.abs(rows["error"]))
+        return float(np.polyfit(x, y, 1)[0]), float("nan")
+
+    cases = [
+        (rankflow.inspect, "pairwise_gap_rel", pairwise, by_larger_norm),
+        (rankflow.compare, "weak_order", weak_order, unweighted),
+    ]
+    for module, name, original, mutant in cases:
+        right = run_examples(original)
+        assert right.attempted >= 4 and right.wrong == right.raised == 0, name
+        with monkeypatch.context() as patch:
+            patch.setattr(module, name, mutant)
             result = run_examples(original)
         assert result.wrong > 0 and result.raised == 0, name
