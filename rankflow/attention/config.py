@@ -486,8 +486,3 @@ def export_steps(point: Mapping[str, Any]) -> list[int]:
 
 def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(cfg))
-
-
-def keys_help() -> str:
-    """Every key with its default and meaning (``rankflow attention train --help``)."""
-    return schema_lib.keys_help(SCHEMA, NUMERIC_KEYS)

@@ -52,7 +52,6 @@ __all__ = [
     "seed_range",
     "get_dotted",
     "gt",
-    "keys_help",
     "keys_of",
     "load_config",
     "max_runs",
@@ -79,7 +78,14 @@ SCHEDULES = ("constant", "warmup_cosine", "linear")
 
 
 class ConfigError(ValueError):
-    """A config value is missing, unknown, of the wrong type or out of range."""
+    """A config value is missing, unknown, of the wrong type or out of range.
+
+    Examples:
+      >>> import rankflow
+      >>> rankflow.resolve({"dynamics": {"kind": "gd", "eta": -0.1}})
+      Traceback (most recent call last):
+      rankflow.config.fields.ConfigError: dynamics.eta: must be > 0, got -0.1
+    """
 
 
 # --- fields ----------------------------------------------------------------------------
@@ -308,21 +314,6 @@ def _typename(types) -> str:
     if float in types:
         types = tuple(t for t in types if t is not int)
     return " or ".join(dict.fromkeys(names[t] for t in types if t in names))
-
-
-def keys_help(schema: Schema, numeric_keys: tuple[str, ...]) -> str:
-    """Every key of a schema with its default and meaning (``--help`` epilogues)."""
-    lines = [
-        "config keys (TOML section.key = default: meaning); numeric keys marked * "
-        "can be swept without recompiling:"
-    ]
-    for sec, fields in schema.items():
-        for name, f in fields.items():
-            key = f"{sec}.{name}" if sec else name
-            star = "*" if key in numeric_keys else " "
-            lines.append(f"  {star}{key} = {f.default!r}: {f.doc}")
-    lines.append('  [sweep] "section.key" = [values, ...]: runs the product of the lists')
-    return "\n".join(lines)
 
 
 # --- loading ---------------------------------------------------------------------------

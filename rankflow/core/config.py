@@ -200,11 +200,6 @@ DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 ALL_KEYS = keys_of(SCHEMA)
 
 
-def keys_help(schema: Schema = SCHEMA, numeric_keys: tuple[str, ...] = NUMERIC_KEYS) -> str:
-    """Every key of a schema with its default and meaning (``rankflow run --help``)."""
-    return schema_lib.keys_help(schema, numeric_keys)
-
-
 def flatten(cfg: Mapping[str, Any], schema: Schema = SCHEMA) -> dict[str, Any]:
     """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
     return schema_lib.flatten(cfg, schema)

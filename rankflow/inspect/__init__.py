@@ -13,12 +13,14 @@ against a null pairing of factors from different heads.
 
 Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (naming and
 layout of each family, per-head factors), ``_stats`` (statistics of one pair),
-``_run`` (the loop, null pairing, summary and outputs), ``_permutation`` (the
+``_run`` (the loop, null pairing and outputs), ``_summary`` (the rows theory predicts,
+layout notes, ``summary.md``), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
 random initialisations), ``_spectra`` (singular-value spectra with a Marchenko–Pastur
 noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
 ``_series`` (checkpoints across training: the decay of each
-head's gap against the step, against T5/T4's prediction), ``_hub`` (Hugging Face repo
+head's gap against the step, against T5/T4's prediction), ``_lr`` (a series' learning
+rate and the exponents it predicts), ``_hub`` (Hugging Face repo
 ids → the local cache), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
 """
 
@@ -35,6 +37,8 @@ from ._families import layer_tensor_names as layer_tensor_names
 from ._hub import hub_cache as hub_cache
 from ._hub import locate as locate
 from ._hub import resolve_repo as resolve_repo
+from ._lr import predicted_exponents as predicted_exponents
+from ._lr import read_lr_schedule as read_lr_schedule
 from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
 from ._permutation import UnitShape as UnitShape
@@ -46,20 +50,16 @@ from ._permutation import random_init_gaps as random_init_gaps
 from ._permutation import unit_shapes as unit_shapes
 from ._permutation import unit_statistics as unit_statistics
 from ._permutation import wishart_grams as wishart_grams
-from ._run import PAIRS as PAIRS
 from ._run import Inspection as Inspection
 from ._run import inspect_checkpoint as inspect_checkpoint
 from ._run import inspect_layer as inspect_layer
 from ._run import load_inspection as load_inspection
 from ._run import parse_layers as parse_layers
-from ._run import theory_rows as theory_rows
 from ._series import SeriesInspection as SeriesInspection
 from ._series import fit_series as fit_series
 from ._series import inspect_series as inspect_series
 from ._series import is_series as is_series
 from ._series import load_series as load_series
-from ._series import predicted_exponents as predicted_exponents
-from ._series import read_lr_schedule as read_lr_schedule
 from ._series import series_sources as series_sources
 from ._spectra import SPECTRUM_COLUMNS as SPECTRUM_COLUMNS
 from ._spectra import matrix_spectrum as matrix_spectrum
@@ -72,6 +72,8 @@ from ._spectra_layers import with_spectra as with_spectra
 from ._stats import STATISTICS as STATISTICS
 from ._stats import Factor as Factor
 from ._stats import pair_statistics as pair_statistics
+from ._summary import PAIRS as PAIRS
+from ._summary import theory_rows as theory_rows
 
 __all__ = [
     "hub_cache",
@@ -115,4 +117,5 @@ __all__ = [
     "product_spectrum",
     "with_spectra",
 ]
+__all__ += ["predicted_exponents", "read_lr_schedule"]  # the series' learning rate (._lr)
 __all__ += _series.__all__  # the series API, re-exported above

@@ -28,11 +28,10 @@ from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layo
 from ._hub import locate
 from ._permutation import layer_gap_matrices
 from ._stats import STATISTICS, Factor, pair_statistics
+from ._summary import PAIRS, layout_notes, summarize
 
 __all__ = ["Inspection", "PAIRS", "inspect_checkpoint", "load_inspection", "parse_layers"]
 
-PAIRS = ("qk", "vo")
-PAIR_NAMES = {"qk": "key–query", "vo": "value–output"}
 HEADS_TABLE, GRAMS_TABLE, META = "heads.parquet", "grams.parquet", "inspect.json"
 # Identity columns of the heads table, before the statistics and their null_ twins.
 ID_COLUMNS = (
@@ -62,6 +61,14 @@ class Inspection:
     of unit u's A against unit v's B (the diagonal: the true pairs), for each statistic
     of :func:`~._permutation.unit_statistics`; the input of the permutation test
     (:mod:`._permutation`). Kept in memory only, U² numbers per layer.
+
+    Examples:
+        Made by :func:`inspect_checkpoint` (whose example shows one); its fields:
+
+        >>> import dataclasses
+        >>> from rankflow.inspect import Inspection
+        >>> [f.name for f in dataclasses.fields(Inspection)]
+        ['heads', 'grams', 'layout', 'meta', 'summary', 'out', 'pair_gaps']
     """
 
     heads: pd.DataFrame
@@ -78,7 +85,13 @@ class Inspection:
 
 def parse_layers(spec: str | int | Iterable[int | str] | None, n_layers: int) -> list[int]:
     """Layer indices from ``None`` (all), ints (negative: from the end) or strings
-    such as ``"0,3,5-7,-1"`` (``A-B`` inclusive). Sorted, without repeats."""
+    such as ``"0,3,5-7,-1"`` (``A-B`` inclusive). Sorted, without repeats.
+
+    Examples:
+        >>> from rankflow.inspect import parse_layers
+        >>> parse_layers("0,2-3,-1", n_layers=6), parse_layers(None, 3)
+        ([0, 2, 3, 5], [0, 1, 2])
+    """
     if spec is None:
         return list(range(n_layers))
     items = [spec] if isinstance(spec, str | int) else list(spec)
@@ -299,6 +312,17 @@ def inspect_layer(
     shared W_K^g (and W_V^g with W_O^hᵀ); those are not predicted to balance.
     The null partner is the next unit, cyclically (for GQA head rows: the same
     position in the next group), so that it never shares the true partner.
+
+    Examples:
+        Two heads of d_h = 2 whose Grams are 1.1·c_h·I (A) and 0.9·c_h·I (B): gap 0.2.
+
+        >>> import numpy as np
+        >>> from rankflow.inspect import LayerWeights, Layout, inspect_layer
+        >>> A, B = np.diag([1.1, 1.1, 2.2, 2.2]) ** 0.5, np.diag([0.9, 0.9, 1.8, 1.8]) ** 0.5
+        >>> lay = Layout("gpt2", None, "h.", 1, 4, 2, 2, 2, 0, False, "doc")
+        >>> rows, grams = inspect_layer(LayerWeights(A, B, A, B, None, None, None, 2), lay, 0)
+        >>> [(r["pair"], r["head"], round(float(r["balance_gap_rel"]), 3)) for r in rows]
+        [('qk', 0, 0.2), ('vo', 0, 0.2), ('qk', 1, 0.2), ('vo', 1, 0.2)]
     """
     rows, grams, _ = _inspect_one(lw, layout, layer, rank_tol, set(scatter))
     return rows, grams
@@ -315,110 +339,6 @@ def _inspect_one(lw, layout, layer, rank_tol, scatter):
 
 
 # --- the summary -----------------------------------------------------------------------
-
-
-def theory_rows(heads: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose balance docs/theory.md predicts: heads of multi-head attention,
-    key/value groups of grouped-query attention."""
-    return heads[heads["theory"]]
-
-
-def _fmt(x: float) -> str:
-    return "nan" if not np.isfinite(x) else f"{x:.3g}"
-
-
-def summarize(heads: pd.DataFrame, layout: Layout, meta: dict) -> str:
-    """Per-layer medians over the theory units, beside the null pairing's."""
-    t = theory_rows(heads)
-    unit = "groups" if layout.group_size > 1 else "heads"
-    index_col = "group" if layout.group_size > 1 else "head"
-    rotary = layout.rotary_dim > 0
-    partial = 0 < layout.rotary_dim < layout.head_dim
-    rot, d = layout.rotary_dim, layout.head_dim
-    nrot = f"; nrot = gap of the non-rotary Gram block (dims {rot}..{d})" if partial else ""
-    lines = [
-        f"# rankflow inspect: {meta['checkpoint']}",
-        "",
-        f"{layout.arch} ({layout.model_type or 'no model_type'}), {layout.n_layers} layers, "
-        f"D = {layout.d_model}, {layout.n_heads} heads"
-        + (f", {layout.n_kv_heads} key/value heads" if layout.group_size > 1 else "")
-        + f", d_h = {layout.head_dim} (heads from {layout.source})",
-        "",
-    ]
-    lines += [f"- {note}" for note in meta["notes"]]
-    lines += [
-        "",
-        f"Medians over the {unit} of each layer; [null pairing: A of one {unit[:-1]} with B "
-        "of the next]. gap = ‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + ‖BᵀB‖_F); r_off = Pearson r of "
-        "the off-diagonal Gram entries; fmn = (½(‖A‖²+‖B‖²) − ‖ABᵀ‖_*) / ½(‖A‖²+‖B‖²); "
-        "max gap (at) = the largest gap and its "
-        f"{index_col} (h3: head 3, g3: group 3); erank = effective rank of ABᵀ (of d_h = "
-        f"{layout.head_dim})" + ("; rot = rotary-block gap" if rotary else "") + nrot + ".",
-        "",
-    ]
-    head = f"{'layer':>5}  {'pair':<12} {'gap [null]':>20} {'max gap (at)':>18} "
-    head += f"{'r_off [null]':>20} {'fmn [null]':>20} {'erank':>6}"
-    head += f" {'rot [null]':>20}" if rotary else ""
-    head += f" {'nrot [null]':>20}" if partial else ""
-    lines += ["```", head]
-    for (layer, pair), g in t.groupby(["layer", "pair"], sort=True):
-
-        def cell(col, g=g):
-            return f"{_fmt(g[col].median())} [{_fmt(g['null_' + col].median())}]"
-
-        worst = g.loc[g["balance_gap_rel"].fillna(-np.inf).idxmax()]
-        at = f"{_fmt(worst['balance_gap_rel'])} ({unit[0]}{worst[index_col]})"
-        line = f"{layer:>5}  {PAIR_NAMES[pair]:<12} {cell('balance_gap_rel'):>20} {at:>18} "
-        line += f"{cell('gram_corr_offdiag'):>20} {cell('frob_minus_nuc_rel'):>20} "
-        line += f"{_fmt(g['effective_rank'].median()):>6}"
-        if rotary:
-            line += f" {cell('rotary_gap_rel'):>20}" if pair == "qk" else ""
-        if partial and pair == "qk":
-            line += f" {cell('nonrotary_gap_rel'):>20}"
-        lines.append(line)
-    lines.append("```")
-    lines.append("")
-    for pair in PAIRS:
-        g = t[t["pair"] == pair]
-        if len(g):
-            lines.append(
-                f"All layers, {PAIR_NAMES[pair]}: median gap {_fmt(g['balance_gap_rel'].median())}"
-                f" (null {_fmt(g['null_balance_gap_rel'].median())}), median r_off "
-                f"{_fmt(g['gram_corr_offdiag'].median())} "
-                f"(null {_fmt(g['null_gram_corr_offdiag'].median())}), over {len(g)} {unit}."
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _notes(layout: Layout, heads: pd.DataFrame) -> list[str]:
-    notes = []
-    if layout.source.startswith("assumed"):
-        notes.append(
-            f"WARNING: {layout.source}; the head count {layout.n_heads} is a guess "
-            "(pass --heads, or put config.json beside the weights)."
-        )
-    if layout.group_size > 1:
-        notes.append(
-            f"Grouped-query attention, {layout.group_size} query heads per key/value head: "
-            "rows with unit = group (theory = True) compare Σ_i W_Q^iᵀW_Q^i with W_KᵀW_K "
-            "and W_VᵀW_V with Σ_i W_O^i W_O^iᵀ over the group; unit = head rows pair each "
-            "query head with the shared key/value head and are not predicted to balance."
-        )
-    if layout.rotary_dim:
-        notes.append(
-            f"Rotary embeddings on the first {layout.rotary_dim} of {layout.head_dim} q/k "
-            "dimensions (rotate_half pairs j with j + rotary_dim/2): weight decay balances "
-            "the block energies ‖W_Q[:, j]‖² + ‖W_Q[:, j']‖² − (same for W_K) "
-            "(rotary_gap_rel), not the whole key–query Gram."
-        )
-    notes += list(layout.notes)  # the family's: qk-norm, clipping
-    for pair in PAIRS:
-        if heads.loc[heads["pair"] == pair, "bias"].any():
-            notes.append(
-                f"{PAIR_NAMES[pair]} projections have biases: the product form holds only "
-                "approximately (docs/theory.md); statistics use the weight matrices alone."
-            )
-    return notes
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -484,6 +404,27 @@ def inspect_checkpoint(
     Memory: one layer's attention tensors at a time (plus per-head float64 copies);
     each file is memory-mapped only while that layer is read. Across layers only the
     tables and the U×U pair gaps per layer are kept.
+
+    Examples:
+        A GPT-2 layer (``c_attn = [W_Q | W_K | W_V]``) of two heads whose Grams are
+        1.1·c_h·I (W_Q, W_V) and 0.9·c_h·I (W_K, W_O), c = (1, 2): each true pair has
+        gap 0.2; the null pairs (head h's A, head h+1's B) more.
+
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import inspect_checkpoint
+        >>> A, B = np.diag([1.1, 1.1, 2.2, 2.2]) ** 0.5, np.diag([0.9, 0.9, 1.8, 1.8]) ** 0.5
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({"h.0.attn.c_attn.weight": np.hstack([A, B, A]),
+        ...                "h.0.attn.c_proj.weight": B}, d + "/model.safetensors")
+        ...     res = inspect_checkpoint(d, heads=2)
+        >>> res.heads[["pair", "head", "balance_gap_rel", "null_balance_gap_rel"]].round(3)
+          pair  head  balance_gap_rel  null_balance_gap_rel
+        0   qk     0              0.2                 0.483
+        1   vo     0              0.2                 0.483
+        2   qk     1              0.2                 0.839
+        3   vo     1              0.2                 0.839
     """
     t0 = datetime.datetime.now(datetime.UTC)
     if out is not None:
@@ -555,7 +496,7 @@ def _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0) -> dict:
         "layers": chosen,
         "scatter": [list(p) for p in picks],
         "rank_tol": rank_tol,
-        "notes": _notes(layout, heads_df),
+        "notes": layout_notes(layout, heads_df),
         "versions": dict(_versions()),
         "created": t0.isoformat(timespec="seconds"),
     }
@@ -563,7 +504,23 @@ def _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0) -> dict:
 
 def load_inspection(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """``(heads, grams, meta)`` of a finished inspection directory (one whose
-    ``inspect.json`` exists; a directory without it was not completed)."""
+    ``inspect.json`` exists; a directory without it was not completed).
+
+    Examples:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import inspect_checkpoint, load_inspection
+        >>> rng = np.random.default_rng(0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     save_file({"h.0.attn.c_attn.weight": rng.standard_normal((4, 12)),
+        ...                "h.0.attn.c_proj.weight": rng.standard_normal((4, 4))},
+        ...               d + "/model.safetensors")
+        ...     _ = inspect_checkpoint(d, d + "/out", heads=2)
+        ...     heads, grams, meta = load_inspection(d + "/out")
+        >>> heads.shape, grams.shape, meta["layers"], meta["layout"]["n_heads"]
+        ((4, 47), (12, 11), [0], 2)
+    """
     out = Path(out)
     if not (out / META).is_file():
         raise InspectError(f"{out}: no {META}: not a finished `rankflow inspect` directory")

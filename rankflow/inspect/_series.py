@@ -39,6 +39,7 @@ from ..engine.writer import check_out, claimed
 from ._checkpoint import InspectError, open_checkpoint
 from ._families import check_shapes, infer_layout
 from ._hub import is_repo_id, locate, split_revision
+from ._lr import learning_rate
 from ._run import Inspection, inspect_checkpoint, parse_layers
 from ._stats import STATISTICS
 
@@ -48,8 +49,6 @@ __all__ = [
     "inspect_series",
     "is_series",
     "load_series",
-    "predicted_exponents",
-    "read_lr_schedule",
     "series_sources",
 ]
 
@@ -73,6 +72,12 @@ class SeriesInspection:
     null twin, and the predictions; ``layer_rates``: per (layer, pair), the median and
     quartiles over its theory units of those rates, and the rate fitted to the per-step
     median gap; ``steps``: the steps; ``meta``: ``series.json``; ``out``: the directory.
+
+    Examples:
+        >>> from rankflow.inspect import SeriesInspection
+        >>> res = SeriesInspection(*(None,) * 3, steps=(0, 100), meta={}, summary="")
+        >>> res.steps, res.out  # out: None until written (inspect_series shows one made)
+        ((0, 100), None)
     """
 
     heads: pd.DataFrame
@@ -103,6 +108,16 @@ def series_sources(path: str | Path) -> tuple[list[str], list[int]]:
     checkpoint per line, ``STEP PATH`` (whitespace or comma between; ``#`` comments;
     relative paths are relative to the list file; PATH may be a Hub repo id
     ``org/name@revision``).
+
+    Examples:
+        >>> import pathlib, tempfile
+        >>> from rankflow.inspect import series_sources
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("step1000", "checkpoint-500", "plots"):  # plots: no step
+        ...         pathlib.Path(d, name).mkdir()
+        ...     paths, steps = series_sources(d)
+        >>> [pathlib.Path(p).name for p in paths], steps
+        (['checkpoint-500', 'step1000'], [500, 1000])
     """
     p = Path(path)
     if p.is_dir():
@@ -159,77 +174,6 @@ def _check_steps(steps: Sequence[int], paths: Sequence[str], where: str) -> list
     return out
 
 
-# --- the learning rate and the predictions ---------------------------------------------
-
-
-def read_lr_schedule(file: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, lr) of a schedule file: CSV or whitespace-separated text with a header
-    naming the columns ``step`` and ``lr`` (or ``eta``), one row per step where the
-    learning rate is known (in between it is interpolated linearly); or a parquet table
-    with those columns. Steps strictly increasing, lr finite and ≥ 0."""
-    f = Path(file)
-    try:
-        if f.suffix == ".parquet":
-            df = pd.read_parquet(f)
-        else:
-            df = pd.read_csv(f, sep=None, engine="python", comment="#")
-    except FileNotFoundError:
-        raise InspectError(f"{f}: no such schedule file") from None
-    except Exception as e:  # pandas' parsers raise many kinds on a damaged file
-        raise InspectError(f"{f}: cannot read the schedule ({str(e).splitlines()[0]})") from None
-    lr_col = next((c for c in ("lr", "eta") if c in df.columns), None)
-    for field, col in (("step", "step" if "step" in df.columns else None), ("lr", lr_col)):
-        if col is None:
-            raise InspectError(
-                f"{f}: field {field!r}: no such column (columns: {', '.join(map(str, df.columns))})"
-            )
-    step = pd.to_numeric(df["step"], errors="coerce").to_numpy(np.float64)
-    lr = pd.to_numeric(df[lr_col], errors="coerce").to_numpy(np.float64)
-    if len(step) == 0:
-        raise InspectError(f"{f}: field 'step': no rows")
-    if not np.all(np.isfinite(step)) or np.any(step != np.round(step)) or np.any(step < 0):
-        raise InspectError(f"{f}: field 'step': every step must be a whole number ≥ 0")
-    if np.any(np.diff(step) <= 0):
-        i = int(np.argmax(np.diff(step) <= 0)) + 1
-        raise InspectError(f"{f}: field 'step': not increasing at row {i + 1} ({step[i]:g})")
-    if not np.all(np.isfinite(lr)) or np.any(lr < 0):
-        raise InspectError(f"{f}: field {lr_col!r}: every learning rate must be finite and ≥ 0")
-    return step.astype(np.int64), lr
-
-
-def _etas(steps: Sequence[int], lr: float | None, schedule, where: str) -> np.ndarray:
-    """η_k for k = steps[0] … steps[-1] − 1 (the steps between the first and last
-    checkpoint), from a constant ``lr`` or a (steps, lr) schedule that covers them."""
-    k = np.arange(steps[0], steps[-1], dtype=np.int64)
-    if schedule is None:
-        return np.full(k.shape, float(lr))
-    s, v = schedule
-    if s[0] > steps[0] or s[-1] < steps[-1] - 1:
-        raise InspectError(
-            f"{where}: field 'step': the schedule covers steps {s[0]}–{s[-1]}, but the "
-            f"checkpoints need the learning rate from step {steps[0]} to {steps[-1] - 1}"
-        )
-    return np.interp(k.astype(np.float64), s.astype(np.float64), v)
-
-
-def predicted_exponents(
-    steps: Sequence[int], lam: float, *, lr: float | None = None, schedule=None, where: str = "lr"
-) -> dict[str, np.ndarray]:
-    """The predicted ``−log(gap(s)/gap(s₀))`` at each step s of the series:
-    ``"gd"`` — T5/T11's leading factor, ``Σ_{s₀≤k<s} −2 log|1 − η_kλ|``; ``"gf"`` —
-    T4/T11, ``2λ Σ_{s₀≤k<s} η_k`` (``2λ∫η`` with η constant on each step). ``lr``
-    constant, or ``schedule`` = (steps, lr) of :func:`read_lr_schedule`."""
-    from ..theory import gd_balance_rate, gf_balance_rate
-
-    etas = _etas(list(steps), lr, schedule, where)
-    per_step = {
-        "gd": np.asarray(gd_balance_rate(etas, lam), np.float64),
-        "gf": np.asarray(gf_balance_rate(etas, lam), np.float64),
-    }
-    idx = np.asarray(steps, np.int64) - steps[0]
-    return {k: np.concatenate([[0.0], np.cumsum(v)])[idx] for k, v in per_step.items()}
-
-
 # --- the fits ----------------------------------------------------------------------------
 
 
@@ -256,6 +200,21 @@ def fit_series(
     predictions fitted at the same steps) and ``rate_over_predicted``. Per (layer,
     pair) over the theory units: the median and quartiles of ``rate``, the median of
     ``null_rate``, and ``median_gap_rate`` fitted to the per-step median gap.
+
+    Examples:
+        One head whose gap falls by e^{−1} in 100 steps, its null pairing's by 10%:
+
+        >>> import pandas as pd
+        >>> from rankflow.inspect import fit_series
+        >>> heads = pd.DataFrame({"step": [0, 100], "layer": 0, "pair": "qk", "unit": "head",
+        ...                       "head": 0, "group": 0, "theory": True,
+        ...                       "balance_gap_rel": [0.2, 0.2 * 0.36787944117144233],
+        ...                       "null_balance_gap_rel": [0.5, 0.45]})
+        >>> rates, layer_rates = fit_series(heads)
+        >>> rates[["rate", "null_rate"]].round(6).values.tolist()
+        [[0.01, 0.001054]]
+        >>> layer_rates[["layer", "pair", "units", "rate_median"]].values.tolist()
+        [[0, 'qk', 1, 0.01]]
     """
     steps = np.sort(heads["step"].unique()).astype(np.float64)
     pred = {}
@@ -324,26 +283,6 @@ def _open_all(paths, arch, heads, layers) -> list[Path]:
     return local
 
 
-def _learning_rate(lr, lam, schedule, steps) -> tuple[dict | None, dict]:
-    """The predicted exponents (None without λ) and what ``series.json`` records."""
-    if lam is None:
-        if lr is not None or schedule is not None:
-            raise InspectError("--lam: a learning rate without λ predicts nothing; give --lam")
-        return None, {}
-    if not np.isfinite(lam) or lam < 0:
-        raise InspectError(f"--lam: must be a finite number ≥ 0, got {lam}")
-    if (lr is None) == (schedule is None):
-        raise InspectError("--lam: give the learning rate as one of --lr ETA or --lr-schedule FILE")
-    if schedule is not None:
-        where = str(schedule)
-        table = read_lr_schedule(schedule)
-        exps = predicted_exponents(steps, lam, schedule=table, where=where)
-        return exps, {"lam": lam, "lr_schedule": str(Path(schedule).resolve())}
-    if not np.isfinite(lr) or lr <= 0:
-        raise InspectError(f"--lr: must be a finite number > 0, got {lr}")
-    return predicted_exponents(steps, lam, lr=lr), {"lam": lam, "lr": lr}
-
-
 def _expand(paths, revisions) -> list[str]:
     """One checkpoint name per revision: ``org/name@rev`` for a repo id (or a path's
     revision sub-folder is not a thing: revisions need a repo id)."""
@@ -405,6 +344,29 @@ def inspect_series(
         the file and field before any tensor is read and before anything is written.
 
     Memory: one layer of one checkpoint at a time; only the tables are kept.
+
+    Examples:
+        A folder of two revisions of a GPT-2 layer whose every head's gap is
+        2δ = 0.2·e^{−0.01·step} (Grams (1 ± δ)·c_h·I), against GD with η = 0.1, λ = 0.05,
+        whose predicted rate is −2 log(1 − ηλ) ≈ 0.01 per step:
+
+        >>> import pathlib, tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import inspect_series
+        >>> root = tempfile.TemporaryDirectory()
+        >>> for step in (0, 100):
+        ...     delta, c = 0.1 * np.exp(-0.01 * step), np.array([1.0, 1.0, 2.0, 2.0])
+        ...     A, B = np.diag(c * (1 + delta)) ** 0.5, np.diag(c * (1 - delta)) ** 0.5
+        ...     pathlib.Path(root.name, f"step{step}").mkdir()
+        ...     save_file({"h.0.attn.c_attn.weight": np.hstack([A, B, A]),
+        ...                "h.0.attn.c_proj.weight": B}, f"{root.name}/step{step}/m.safetensors")
+        >>> res = inspect_series([root.name], heads=2, lr=0.1, lam=0.05)
+        >>> res.steps, res.rates["rate"].round(6).unique().tolist()
+        ((0, 100), [0.01])
+        >>> res.rates[["predicted_rate", "predicted_rate_gf"]].round(6).values[0].tolist()
+        [0.010025, 0.01]
+        >>> root.cleanup()
     """
     t0 = datetime.datetime.now(datetime.UTC)
     if out is not None:
@@ -412,7 +374,7 @@ def inspect_series(
     names, steps = _names_and_steps(paths, steps, revisions)
     if statistic not in STATISTICS:
         raise InspectError(f"--statistic: {statistic!r} is not one of {', '.join(STATISTICS)}")
-    exps, lr_meta = _learning_rate(lr, lam, schedule, steps)
+    exps, lr_meta = learning_rate(lr, lam, schedule, steps)
     local = _open_all(names, arch, heads, layers)
     show = sys.stderr.isatty() if progress is None else progress
     frames, first = [], None
@@ -467,7 +429,17 @@ def _is_source(path: str | Path) -> bool:
 
 def is_series(paths: Sequence[str | Path], steps=None, revisions=None) -> bool:
     """Whether these arguments name a series (several checkpoints, steps, several
-    revisions, a folder of revisions or a list file) rather than one checkpoint."""
+    revisions, a folder of revisions or a list file) rather than one checkpoint.
+
+    Examples:
+        >>> from rankflow.inspect import is_series
+        >>> is_series(["step0/model.safetensors", "step100/model.safetensors"])
+        True
+        >>> is_series(["org/model"], revisions=["step1000", "step2000"])
+        True
+        >>> is_series("model.safetensors")
+        False
+    """
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     return bool(
         len(paths) > 1 or steps or (revisions and len(revisions) > 1) or _is_source(paths[0])
@@ -539,7 +511,27 @@ def _write(out: Path, res: SeriesInspection, figures) -> None:
 
 def load_series(out: str | Path) -> SeriesInspection:
     """The :class:`SeriesInspection` of a finished series directory (one whose
-    ``series.json`` exists)."""
+    ``series.json`` exists).
+
+    Examples:
+        Two revisions of a one-layer GPT-2 of random weights, inspected into ``out``:
+
+        >>> import pathlib, tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from rankflow.inspect import inspect_series, load_series
+        >>> rng = np.random.default_rng(0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for step in (0, 100):
+        ...         pathlib.Path(d, f"step{step}").mkdir()
+        ...         save_file({"h.0.attn.c_attn.weight": rng.standard_normal((4, 12)),
+        ...                    "h.0.attn.c_proj.weight": rng.standard_normal((4, 4))},
+        ...                   f"{d}/step{step}/model.safetensors")
+        ...     _ = inspect_series([d], out=d + "/out", heads=2)
+        ...     res = load_series(d + "/out")
+        >>> res.steps, res.heads.shape, res.rates.shape, res.meta["statistic"]
+        ((0, 100), (8, 49), (4, 19), 'balance_gap_rel')
+    """
     out = Path(out)
     if not (out / SERIES_META).is_file():
         raise InspectError(f"{out}: no {SERIES_META}: not a finished `rankflow inspect` series")

@@ -137,30 +137,6 @@ def test_theory_examples_fail_on_a_wrong_formula(monkeypatch):
 
 # --- rankflow, rankflow.compare, rankflow.inspect ----------------------------------------
 
-# Public names whose docstring still lacks its example: each example would take its module
-# past the 600 lines that tests/test_architecture.py allows (config/fields.py,
-# inspect/_run.py, inspect/_series.py) until that module is split. The check below fails
-# as soon as one of them has an example, so that it leaves this list at the same time.
-HELD_BACK = {
-    "rankflow": {"ConfigError"},
-    "rankflow.compare": set(),
-    "rankflow.inspect": {
-        "Inspection",
-        "SeriesInspection",
-        "fit_series",
-        "inspect_checkpoint",
-        "inspect_layer",
-        "inspect_series",
-        "is_series",
-        "load_inspection",
-        "load_series",
-        "parse_layers",
-        "predicted_exponents",
-        "read_lr_schedule",
-        "series_sources",
-        "theory_rows",
-    },
-}
 # Functions and classes in each module's __all__ (its constants, e.g. COLUMNS, have none).
 PUBLIC_CALLABLES = {"rankflow": 5, "rankflow.compare": 3, "rankflow.inspect": 44}
 
@@ -179,7 +155,7 @@ def public_callables(module) -> list[str]:
 @pytest.mark.parametrize("module", [rankflow, rankflow.compare, rankflow.inspect], ids=NAME)
 def test_every_public_function_and_class_has_an_example(module):
     assert len(public_callables(module)) == PUBLIC_CALLABLES[module.__name__]
-    assert sorted(without_example(module)) == sorted(HELD_BACK[module.__name__])
+    assert without_example(module) == []
 
 
 def test_public_mutant_without_an_example_is_reported(monkeypatch):
@@ -195,9 +171,7 @@ def test_public_mutant_without_an_example_is_reported(monkeypatch):
     monkeypatch.setattr(rankflow.compare, "weak_order", weak_order)
     monkeypatch.setattr(rankflow.inspect, "Factor", Factor)
     assert without_example(rankflow.compare) == ["weak_order"]
-    assert sorted(set(without_example(rankflow.inspect)) - HELD_BACK["rankflow.inspect"]) == [
-        "Factor"
-    ]
+    assert without_example(rankflow.inspect) == ["Factor"]
 
 
 def test_public_examples_fail_on_a_wrong_formula(monkeypatch):

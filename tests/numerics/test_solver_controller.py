@@ -59,7 +59,9 @@ def test_the_defaults_are_diffrax_integral_controller():
     s = C.DEFAULTS["solver"]
     assert (s["pcoeff"], s["icoeff"], s["dcoeff"]) == (0.0, 1.0, 0.0)
     assert PID_DEFAULTS == {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
-    help_text = C.keys_help()
+    from rankflow.cli.helptext import keys_help
+
+    help_text = keys_help(C.SCHEMA, C.NUMERIC_KEYS)
     for key in ("solver.pcoeff", "solver.icoeff", "solver.dcoeff"):
         assert key in help_text
 
