@@ -327,13 +327,16 @@ def inspect_series(
         out: directory for ``heads.parquet`` (every checkpoint's heads table with
             ``step``), ``rates.parquet``/``rates.csv`` (per unit), ``layer_rates.parquet``
             (per layer), ``summary.md``, the figures and ``series.json`` (last).
-        lr, lam, schedule: a constant learning rate ``lr`` or a ``schedule`` file
-            (:func:`read_lr_schedule`), and the weight decay ``lam``: the decay is then
-            tabulated against the predictions (module docstring). Without ``lam``,
-            measured rates only.
+        lr: a constant learning rate (or give ``schedule``).
+        lam: the weight decay: the decay is then tabulated against the predictions of
+            ``lr`` or ``schedule`` (module docstring). Without it, measured rates only.
+        schedule: a learning-rate schedule file (:func:`read_lr_schedule`).
         statistic: the gap column fitted (:data:`~._stats.STATISTICS`; e.g.
             ``rotary_gap_rel`` for rotary models).
-        arch, layers, heads, rank_tol: as for :func:`inspect_checkpoint`.
+        arch: as for :func:`inspect_checkpoint`.
+        layers: as for :func:`inspect_checkpoint`.
+        heads: as for :func:`inspect_checkpoint`.
+        rank_tol: as for :func:`inspect_checkpoint`.
         figures: file name → writer of the figures to put in ``out``, as a function of
             the result (``rankflow.plots.series_figures``).
 
