@@ -307,7 +307,7 @@ def inspect_series(
     revisions: Sequence[str] | None = None,
     statistic: str = "balance_gap_rel",
     arch: str = "auto",
-    layers=None,
+    layers: str | int | Sequence[int | str] | None = None,
     heads: int | None = None,
     rank_tol: float = 1e-3,
     figures: Callable[[SeriesInspection], Mapping[str, Callable[[Path], object]]] | None = None,
