@@ -127,7 +127,7 @@ def _rel(x, y):
 
 
 @pytest.mark.parametrize("lam_vo", [0.0, 0.3])
-def test_scaled_balance_under_gradient_flow_with_unequal_multipliers(setup, lam_vo):
+def test_T11_scaled_balance_under_gradient_flow_with_unequal_multipliers(setup, lam_vo):
     A, B, dA, dB = _vo_field(setup, lam_vo)
     c_A, c_B = LR["vo"] * LR["v"], LR["vo"] * LR["o"]
     AtA = jnp.einsum("lhdi,lhdj->lhij", A, A)

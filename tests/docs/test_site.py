@@ -92,8 +92,8 @@ def test_a_broken_link_or_nav_entry_fails_the_build(tmp_path, mutant):
     elif mutant == "a nav entry to a missing page":
         nav.append({"Missing": "guides/missing.md"})
     elif mutant == "a page off the nav":
-        (tmp_path / "docs/guides").mkdir(parents=True)
-        (tmp_path / "docs/guides/extra.md").write_text("# Extra\n")
+        (tmp_path / "docs" / "guides").mkdir(parents=True)
+        (tmp_path / "docs" / "guides" / "extra.md").write_text("# Extra\n")
     res = build(_small_site(tmp_path, index, nav), tmp_path / "site")
     if mutant == "none":
         assert res.returncode == 0, res.stderr[-3000:]

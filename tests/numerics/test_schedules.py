@@ -98,7 +98,7 @@ def _gap(A, B):
 @pytest.mark.parametrize(
     "schedule", ["warmup_cosine", pytest.param("linear", marks=pytest.mark.slow)]
 )
-def test_T4_scheduled_gradient_flow_core(schedule):
+def test_T4_T11_scheduled_gradient_flow_core(schedule):
     A, B, prog = _states(_core_point("gradient_flow", schedule, num=11))
     ts, gap = prog.ts, _gap(A, B)
     sch = prog.schedule
@@ -130,7 +130,7 @@ def _gd_residuals(A, B, prog, point, eta_k):
 @pytest.mark.parametrize(
     "schedule", [pytest.param("warmup_cosine", marks=pytest.mark.slow), "linear"]
 )
-def test_T5_scheduled_gd_every_step(schedule):
+def test_T5_T11_scheduled_gd_every_step(schedule):
     point = _core_point("gd", schedule, num=T1 + 1)
     A, B, prog = _states(point)
     ks = np.arange(T1, dtype=np.float64)
@@ -194,7 +194,7 @@ def _head_errors(heads, clock):
 
 
 @pytest.mark.slow
-def test_T4_scheduled_gradient_flow_per_head():
+def test_T4_T11_scheduled_gradient_flow_per_head():
     sch_cfg = {"schedule": "warmup_cosine", "warmup": 4, "final_fraction": 0.2}
     dynamics = {**FLOW["dynamics"], **sch_cfg}
     res = ra.run({**TINY, **FLOW, "dynamics": dynamics, "solver": TIGHT})
