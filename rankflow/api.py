@@ -41,7 +41,8 @@ def run(
       quiet: no progress bar.
 
     Returns:
-      One row per run × path × saved time; see the README for the columns.
+      One row per run × path × saved time; its columns are listed with their meanings
+      in docs/reference/columns.md.
 
     Raises:
       ConfigError: on any invalid field, before anything is compiled.

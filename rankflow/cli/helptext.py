@@ -161,7 +161,7 @@ def run_epilog() -> str:
     ]
     columns = _section(
         "results columns (DIR/results.parquet/, read by rankflow.load(DIR); one row per "
-        'run × path × saved time; meanings: README.md, "Results"):',
+        "run × path × saved time; meanings: docs/reference/columns.md):",
         [
             (f"run_id, path, t, status ({_names(STATUS)})", ""),
             ("numeric keys", "every key marked * above"),
@@ -188,7 +188,8 @@ def attention_epilog() -> str:
 
     run_columns = "run_id, path, t, status"
     columns = _section(
-        "results columns (read by rankflow.attention.load(DIR); meanings: README.md):",
+        "results columns (read by rankflow.attention.load(DIR); meanings: "
+        "docs/reference/columns.md):",
         [
             (
                 "DIR/results.parquet/ (heads)",
