@@ -18,6 +18,7 @@ from ..config.fields import ConfigError
 from ..core import config as config_lib
 from ..core import vocabulary
 from ..core.program import PARAM_KEYS, Program, params_of, program_for
+from ..engine.programs import enable_compilation_cache
 from ..engine.writer import check_out, claimed
 from .options import Options, split_options
 from .sme import moments_table, side_observables, weak_table
@@ -348,6 +349,7 @@ def compare(
         _point(*_pair(point, options, solver_set, at_point(point, swept)), options)
         for point in points
     ]
+    enable_compilation_cache()  # as rankflow.run: a rerun in a new process compiles nothing
     per_point = [_tables(p, *sides) for p, sides in zip(pairs, _run_all(pairs), strict=True)]
     tables = join(per_point, [p.cfg for p in pairs], swept) if swept else per_point[0]
     if out is not None:
