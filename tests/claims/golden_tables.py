@@ -82,6 +82,14 @@ SLOW = {
     "attention/balance_sgd",
     "attention/balance_flow",
     "attention/balance_adamw",
+    # Float64 tables that differ between two hosts at the capture's own commit (measured
+    # 2026-12-02 on a second 2-core AVX-512 EPYC, which MACHINE.txt cannot tell apart):
+    # regression's spectral start is built from singular vectors of a nearly degenerate
+    # matrix, so its loss moves by 2.4e-4 of the scale from t = 0 (sv_4 by 7%); AdamW
+    # amplifies last-bit differences (balancing_adamw's loss, 1e-3 of the scale). In the
+    # default run they would test the host, not the code.
+    "regression",
+    "reproduce/balancing_adamw",
 }
 
 
