@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from .common import LABELS, finish_figure, positive
 
@@ -87,6 +88,12 @@ def _step_panel(ax, step: pd.DataFrame) -> None:
                     label=label if k == 0 else None)  # fmt: skip
     ax.axhspan(-4, 4, color="C2", alpha=0.15, label="|z| ≤ 4")
     ax.set_yscale("symlog", linthresh=4)
+    # Ticks at the band's edges and the decades beyond, plainly labelled: the default
+    # locator put 0 and ±10⁰ a few pixels apart inside the linear band.
+    zs = [-(10.0**k) for k in range(5, 0, -1)] + [-4.0, 0.0, 4.0] + [10.0**k for k in range(1, 6)]
+    ax.yaxis.set_major_locator(FixedLocator(zs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xticks(ticks, names, rotation=90, fontsize="x-small")
     ax.set(ylabel="(mean of D′ − prediction) / SE, per entry of D′")
     ax.set_title("(c) one SGD step: T10 against wrong batch scalings", fontsize="medium")
