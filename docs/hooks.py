@@ -63,6 +63,11 @@ MEANINGS = {
     "pair": "`qk`: the key–query factors A = W_Q^h, B = W_K^h (product W_Q^h W_K^hᵀ); "
     "`vo`: the value–output factors A = W_V^h, B = W_O^hᵀ (product W_V^h W_O^h)",
     "sv_1 … sv_{d_h}": "singular values of the pair's product, descending",
+    "cross_gap_rel_0 … cross_gap_rel_{H−1}": "only with `save.cross_gaps`: column v is "
+    "‖A_hᵀA_h − B_vᵀB_v‖_F / ½(‖A_hᵀA_h‖_F + ‖B_vᵀB_v‖_F), the row's A (head h) against "
+    "the pair's B of head v of the same layer (0 where both Grams vanish); "
+    "`cross_gap_rel_{h}` is `balance_gap_rel`; the gap matrix of `rankflow inspect`'s "
+    "permutation test, along training",
     "train_loss": "loss on the training data: gradient flow's fixed full batch, else a "
     "fixed sample of `task.val_size` training sequences",
     "val_loss": "loss on the fixed validation set",
@@ -447,6 +452,7 @@ def attention_tables() -> list[Table]:
 
     meanings = merged(status_meaning(), schema_docs("rankflow.attention.config"), labels())
     keys = ("run_id", "path", "t", "status") + config.NUMERIC_KEYS + STRUCT_COLUMNS
+    per_head = (*HEAD_COLUMNS, "sv_1 … sv_{d_h}", "cross_gap_rel_0 … cross_gap_rel_{H−1}")
     return [
         Table(
             "### Attention: heads table `DIR/results.parquet/`",
@@ -455,7 +461,7 @@ def attention_tables() -> list[Table]:
             "pair. The observables are those of the core table, of the pair's factors A, "
             "B. A learning-rate multiplier `train.lr_*` is a column where it is swept or "
             "≠ 1; every swept key is a column.",
-            (*keys, "layer", "head", "pair", *HEAD_COLUMNS, "sv_1 … sv_{d_h}"),
+            (*keys, "layer", "head", "pair", *per_head),
             meanings,
         ),
         Table(

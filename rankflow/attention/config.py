@@ -251,6 +251,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
             INT, 1000, "the run's optimizer steps, an integer (gradient flow: final time)", ge(1)
         ),
         "rank_tol": Field(NUM, 1e-3, "rank counts sv > rank_tol·sv_1", gt(0)),
+        "cross_gaps": Field(
+            BOOL,
+            False,
+            "record per head the relative Gram gap of its A with the B of every head of its "
+            "layer: heads-table columns cross_gap_rel_0 … cross_gap_rel_{H−1} (the input of "
+            "inspect's permutation test, along training)",
+        ),
     },
     "solver": {
         "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),

@@ -9,6 +9,10 @@ For layer l and head h (docs/theory.md, "Attention layers"):
 Every column is the one of docs/theory.md's observables table for that pair; the loss
 columns (``loss``, ``l2_loss``, ``star_loss``) are not per head and are left out (the
 model's losses are in the ``loss`` table).
+
+With ``save.cross_gaps``, :func:`cross_gap_rel` pairs every head's A with the B of every
+head of its layer: the gap matrix of ``rankflow inspect``'s layer-stratified permutation
+test, along training.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from jaxtyping import Array, Float
 
 from ..core.observables import OBSERVABLES, observables
 
-__all__ = ["HEAD_COLUMNS", "PAIRS", "head_factors", "head_observables"]
+__all__ = ["HEAD_COLUMNS", "PAIRS", "cross_gap_rel", "head_factors", "head_observables"]
 
 PAIRS = ("qk", "vo")
 # The per-head scalar columns, in table order; ``sv_1 … sv_{d_h}`` follow them.
@@ -56,3 +60,29 @@ def head_observables(factors: Factors, rank_tol: float) -> dict[str, Array]:
     flat = [jnp.reshape(x, (math.prod(lead), D, r)) for x in (A, B)]
     out = jax.vmap(lambda a, b: observables(a, b, zero, zero, rank_tol))(*flat)
     return {k: jnp.reshape(out[k], lead + out[k].shape[1:]) for k in HEAD_COLUMNS + ("sv",)}
+
+
+def cross_gap_rel(factors: Factors) -> Float[Array, "*S H 2 H"]:
+    """``gap[..., u, p, v] = ‖A_uᵀA_u − B_vᵀB_v‖_F / ½(‖A_uᵀA_u‖_F + ‖B_vᵀB_v‖_F)`` for
+    head u's A and head v's B of pair p (:data:`PAIRS` order) of the same layer; 0 where
+    both Grams vanish. Factors of shape ``S + (H, D, d_h)``; the diagonal ``u = v`` is
+    ``balance_gap_rel``, and the matrix is ``rankflow.inspect.pairwise_gap_rel`` of the
+    flattened Grams.
+
+    The norm is taken of the Grams' difference, not of ``‖a‖² + ‖b‖² − 2⟨a, b⟩``, which
+    cancels to rounding noise on nearly balanced heads. One head v at a time
+    (``lax.map``), so the differences held are the size of the Grams, not H times it.
+    """
+    gram = lambda X: jnp.einsum("...ki,...kj->...ij", X, X)
+    G_A = jnp.stack([gram(factors[pair][0]) for pair in PAIRS], axis=-3)  # S + (H, 2, r, r)
+    G_B = jnp.stack([gram(factors[pair][1]) for pair in PAIRS], axis=-3)
+    fro = lambda G: jnp.sqrt(jnp.sum(G**2, axis=(-2, -1)))
+    norm_A = fro(G_A)  # S + (H, 2)
+
+    def against(G_Bv):  # S + (2, r, r): head v's B Grams → gaps S + (H, 2) over u
+        gap = fro(G_A - G_Bv[..., None, :, :, :])
+        scale = 0.5 * (norm_A + fro(G_Bv)[..., None, :])
+        return jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), 0.0)
+
+    out = jax.lax.map(against, jnp.moveaxis(G_B, -4, 0))  # (H_v,) + S + (H_u, 2)
+    return jnp.moveaxis(out, 0, -1)

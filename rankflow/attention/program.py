@@ -37,7 +37,7 @@ from ..numerics.schedules import schedule_of
 from . import config as config_lib
 from .flow import integrate
 from .model import Model, model_spec
-from .observables import head_factors, head_observables
+from .observables import cross_gap_rel, head_factors, head_observables
 from .optimizers import make_optimizer, per_leaf_lam, per_leaf_lr
 from .tasks import accuracy, make_task
 from .train import iterate, loss_fn
@@ -62,8 +62,10 @@ class Program:
     :data:`.observables.HEAD_COLUMNS` with shape (runs, saves, layers, H, 2) (pairs
     last), ``sv`` (runs, saves, layers, H, 2, d_h),
     ``train_loss``, ``val_loss``, (classification tasks) ``train_accuracy``,
-    ``val_accuracy``, ``status`` (runs, saves) and, with ``train.export_every``,
-    ``params`` (the parameter pytree, leaves (runs, exports, …))."""
+    ``val_accuracy``, ``status`` (runs, saves), with ``save.cross_gaps``
+    ``cross_gap_rel`` (runs, saves, layers, H, 2, H) (:func:`.observables.cross_gap_rel`)
+    and, with ``train.export_every``, ``params`` (the parameter pytree, leaves
+    (runs, exports, …))."""
 
     point: dict[str, Any]
     key: str
@@ -227,6 +229,8 @@ class Program:
         expand = lambda x: jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
         factors = jax.tree.map(lambda x: jnp.where(expand(x), x, 0.0), factors)
         out = head_observables(factors, self.point["save"]["rank_tol"])
+        if self.point["save"]["cross_gaps"]:
+            out["cross_gap_rel"] = cross_gap_rel(factors)
         return jax.tree.map(lambda x: jnp.where(expand(x), x, jnp.nan), out)
 
     def _finish(self, obs, reached, max_steps_hit):

@@ -15,7 +15,9 @@ moment and resumed ends with exactly the rows of an uninterrupted one.
 
 ``heads``: one row per run × saved step × layer × head × pair, with the run's numeric
 hyperparameters (each group's λ as ``train.lam_<group>``), its structure, and every
-per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``).
+per-head observable (:data:`.observables.HEAD_COLUMNS`, ``sv_1 … sv_{d_h}``; with
+``save.cross_gaps``, ``cross_gap_rel_0 … cross_gap_rel_{H−1}``: the row's A against head
+v's B of its layer and pair).
 ``loss``: one row per run × saved step: ``train_loss``, ``val_loss`` (and, for the
 images task, ``train_accuracy``, ``val_accuracy``).
 
@@ -141,6 +143,10 @@ def run_chunk(
     sv = out["sv"].reshape(n * S * per, -1)
     for j in range(sv.shape[1]):
         heads[f"sv_{j + 1}"] = sv[:, j].astype(np.float64)
+    if "cross_gap_rel" in out:  # save.cross_gaps: (runs, saves, layers, H, pair, v)
+        cross = out["cross_gap_rel"].reshape(n * S * per, H)
+        for v in range(H):
+            heads[f"cross_gap_rel_{v}"] = cross[:, v].astype(np.float64)
     loss = run_columns(1)
     loss["train_loss"] = out["train_loss"].reshape(-1).astype(np.float64)
     loss["val_loss"] = out["val_loss"].reshape(-1).astype(np.float64)
