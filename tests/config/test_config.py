@@ -327,7 +327,7 @@ def test_attention_takes_the_core_names():
     cfg = A.resolve(
         {
             "dynamics": {"kind": "momentum", "lam": 0.3, "eta": 0.01, "mu": 0.2, "batch": 8},
-            "save": {"t1": 20, "rank_tol": 1e-2},
+            "save": {"t1": 20, "rank_tol": 1e-2, "cross_gaps": False},
             "solver": {"diverge_norm": 1e3},
             "train": {"eval_every": 10},
             "init": {"scale": 0.5},
@@ -344,7 +344,7 @@ def test_attention_takes_the_core_names():
         "warmup": None,
         "final_fraction": None,
     }
-    assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2} and cfg["init"] == {"scale": 0.5}
+    assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2, "cross_gaps": False} and cfg["init"] == {"scale": 0.5}
     assert cfg["solver"]["diverge_norm"] == 1e3
     assert A.save_steps(cfg) == [0, 10, 20]
     over = A.resolve({}, {"dynamics.eta": 0.02, "sweep.init.scale": [1.0, 2.0]})
