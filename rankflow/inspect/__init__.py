@@ -16,7 +16,9 @@ layout of each family, per-head factors), ``_stats`` (statistics of one pair),
 ``_run`` (the loop, null pairing and outputs), ``_summary`` (the rows theory predicts,
 layout notes, ``summary.md``), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
-random initialisations), ``_spectra`` (singular-value spectra with a Marchenko–Pastur
+random initialisations), ``_findings`` (graded findings, the effect's bootstrap
+interval), ``_reference`` (the training reference shipped with the package),
+``_spectra`` (singular-value spectra with a Marchenko–Pastur
 noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
 ``_series`` (checkpoints across training: the decay of each
 head's gap against the step, against T5/T4's prediction), ``_lr`` (a series' learning
@@ -34,6 +36,18 @@ from ._families import Layout as Layout
 from ._families import canonical as canonical
 from ._families import infer_layout as infer_layout
 from ._families import layer_tensor_names as layer_tensor_names
+from ._findings import ALPHA as ALPHA
+from ._findings import FINDINGS as FINDINGS
+from ._findings import FP_MAX as FP_MAX
+from ._findings import FP_SEEDS as FP_SEEDS
+from ._findings import MARGIN as MARGIN
+from ._findings import N_PERM as N_PERM
+from ._findings import PERM_SEED as PERM_SEED
+from ._findings import balance_findings as balance_findings
+from ._findings import effect_interval as effect_interval
+from ._findings import false_positives as false_positives
+from ._findings import findings_text as findings_text
+from ._findings import grade as grade
 from ._hub import hub_cache as hub_cache
 from ._hub import locate as locate
 from ._hub import resolve_repo as resolve_repo
@@ -50,6 +64,10 @@ from ._permutation import random_init_gaps as random_init_gaps
 from ._permutation import unit_shapes as unit_shapes
 from ._permutation import unit_statistics as unit_statistics
 from ._permutation import wishart_grams as wishart_grams
+from ._reference import REFERENCE_COLUMNS as REFERENCE_COLUMNS
+from ._reference import reference_meta as reference_meta
+from ._reference import reference_table as reference_table
+from ._reference import reference_text as reference_text
 from ._run import Inspection as Inspection
 from ._run import inspect_checkpoint as inspect_checkpoint
 from ._run import inspect_layer as inspect_layer
@@ -76,6 +94,22 @@ from ._summary import PAIRS as PAIRS
 from ._summary import theory_rows as theory_rows
 
 __all__ = [
+    "ALPHA",
+    "FINDINGS",
+    "FP_MAX",
+    "FP_SEEDS",
+    "MARGIN",
+    "N_PERM",
+    "PERM_SEED",
+    "REFERENCE_COLUMNS",
+    "balance_findings",
+    "effect_interval",
+    "false_positives",
+    "findings_text",
+    "grade",
+    "reference_meta",
+    "reference_table",
+    "reference_text",
     "hub_cache",
     "resolve_repo",
     "ARCHS",

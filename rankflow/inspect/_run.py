@@ -9,6 +9,7 @@ and ``inspect.json`` last: a directory without it is not a finished inspection.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import json
@@ -25,6 +26,7 @@ from ..engine.writer import check_out, claimed
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
+from ._findings import balance_findings, findings_text
 from ._hub import locate
 from ._permutation import layer_gap_matrices
 from ._stats import STATISTICS, Factor, pair_statistics
@@ -33,6 +35,7 @@ from ._summary import PAIRS, layout_notes, summarize
 __all__ = ["Inspection", "PAIRS", "inspect_checkpoint", "load_inspection", "parse_layers"]
 
 HEADS_TABLE, GRAMS_TABLE, META = "heads.parquet", "grams.parquet", "inspect.json"
+FINDINGS_TABLE = "findings.parquet"
 # Identity columns of the heads table, before the statistics and their null_ twins.
 ID_COLUMNS = (
     "layer",
@@ -60,7 +63,10 @@ class Inspection:
     inspected layers and the U theory units of each: ``[l, u, v]`` is the relative gap
     of unit u's A against unit v's B (the diagonal: the true pairs), for each statistic
     of :func:`~._permutation.unit_statistics`; the input of the permutation test
-    (:mod:`._permutation`). Kept in memory only, U² numbers per layer.
+    (:mod:`._permutation`). Kept in memory only, U² numbers per layer. ``findings``:
+    the graded findings per pair, over all layers and per layer, with the effect's
+    interval, the false-positive rates and the training reference
+    (:func:`~._findings.balance_findings`); written as ``findings.parquet``.
 
     Examples:
         Made by :func:`inspect_checkpoint` (whose example shows one); its fields:
@@ -68,7 +74,7 @@ class Inspection:
         >>> import dataclasses
         >>> from rankflow.inspect import Inspection
         >>> [f.name for f in dataclasses.fields(Inspection)]
-        ['heads', 'grams', 'layout', 'meta', 'summary', 'out', 'pair_gaps']
+        ['heads', 'grams', 'layout', 'meta', 'summary', 'out', 'pair_gaps', 'findings']
     """
 
     heads: pd.DataFrame
@@ -78,6 +84,7 @@ class Inspection:
     summary: str
     out: Path | None = None
     pair_gaps: dict = field(default_factory=dict)
+    findings: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 # --- choosing layers and scatter heads -----------------------------------------------
@@ -356,6 +363,9 @@ def _write(out: Path, insp: Inspection, figures: Callable | None) -> list[str]:
 
     files = {HEADS_TABLE: insp.heads, "heads.csv": insp.heads, GRAMS_TABLE: insp.grams}
     files["summary.md"] = insp.summary
+    if len(insp.findings):
+        files[FINDINGS_TABLE] = insp.findings
+        files["findings.csv"] = insp.findings
     return write_outputs(out, META, insp.meta, files, figures and (lambda: figures(insp)))
 
 
@@ -370,6 +380,7 @@ def inspect_checkpoint(
     rank_tol: float = 1e-3,
     figures: Callable[[Inspection], Mapping[str, Callable[[Path], object]]] | None = None,
     progress: bool | None = None,
+    findings: bool = True,
 ) -> Inspection:
     """Inspect a safetensors checkpoint for the balance fingerprint of weight decay.
 
@@ -396,6 +407,9 @@ def inspect_checkpoint(
             ``rankflow.plots.inspection_figures`` (``scatter.png``, ``layers.png``).
             ``None``: tables and summary only. Nothing here draws.
         progress: a progress bar over layers (default: when stderr is a terminal).
+        findings: grade the balance per pair (:func:`~._findings.balance_findings`:
+            permutation tests, bootstrap intervals, false-positive rates on random
+            initialisations, about a second), in the summary and ``findings.parquet``.
 
     Returns:
         An :class:`Inspection`. Raises :class:`InspectError` (a ``ConfigError``) naming
@@ -444,13 +458,15 @@ def inspect_checkpoint(
     heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
     grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
     meta = _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0)
+    graded = balance_findings(gaps, layout, layers=chosen) if findings else pd.DataFrame()
     summary = summarize(heads_df, layout, meta)
-    insp = Inspection(heads_df, grams_df, layout, meta, summary, pair_gaps=gaps)
+    summary += "\n" + findings_text(graded) if len(graded) else ""
+    insp = Inspection(heads_df, grams_df, layout, meta, summary, None, gaps, graded)
     if out is not None:
         out = Path(out)
         with claimed(out, "inspect"):
             _write(out, insp, figures)
-        insp = Inspection(heads_df, grams_df, layout, meta, summary, out, pair_gaps=gaps)
+        insp = dataclasses.replace(insp, out=out)
     return insp
 
 

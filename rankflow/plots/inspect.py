@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .common import finish_figure, mask_log, png_writer
+from .findings import findings_figure
 
 __all__ = ["inspect_layers_figure", "inspect_scatter_figure", "inspection_figures"]
 
@@ -212,12 +213,19 @@ def inspect_layers_figure(
 def inspection_figures(insp) -> dict[str, Callable[[Path], object]]:
     """The figures of an inspection (``rankflow.inspect.Inspection``: its ``grams``,
     ``heads``, ``meta["name"]`` and ``layout.arch``) as file name → writer of a PNG to a
-    given path: ``scatter.png`` (:func:`inspect_scatter_figure`) and ``layers.png``
-    (:func:`inspect_layers_figure`). Pass it as ``inspect_checkpoint(..., figures=...)``,
-    which writes them atomically before the inspection's finished marker."""
+    given path: ``scatter.png`` (:func:`inspect_scatter_figure`), ``layers.png``
+    (:func:`inspect_layers_figure`) and, with findings, ``findings.png``
+    (:func:`rankflow.plots.findings.findings_figure`, beside the training reference).
+    Pass it as ``inspect_checkpoint(..., figures=...)``, which writes them atomically
+    before the inspection's finished marker."""
     title = f"{insp.meta['name']} ({insp.layout.arch})"
     figs = {
         "scatter.png": inspect_scatter_figure(insp.grams, insp.heads, title=title),
         "layers.png": inspect_layers_figure(insp.heads, title=title),
     }
+    findings = getattr(insp, "findings", None)
+    if findings is not None and len(findings):
+        from ..inspect import reference_table
+
+        figs["findings.png"] = findings_figure(findings, reference=reference_table(), title=title)
     return {name: png_writer(fig) for name, fig in figs.items()}

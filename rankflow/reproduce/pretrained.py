@@ -12,7 +12,11 @@ theory predicts. The verdict's false-positive rate is measured for the checkpoin
 shapes on random-initialised checkpoints and stated with every claim.
 
 A checkpoint trained without weight decay (or too briefly for e^{−2ηλt} to act) may fail
-this: the verdict is about the checkpoint, not the code. :func:`pretrained_claims` is
+this: the verdict is about the checkpoint, not the code. Beside the verdict each claim
+gives the graded finding (balanced, partially balanced, not detected), the effect's
+bootstrap interval and the training reference (:mod:`rankflow.inspect`'s findings; the
+``reference`` experiment makes the reference), so that a fail says whether the pairs
+are partially balanced or show nothing. :func:`pretrained_claims` is
 the pure part (gap matrices in, claims out); :func:`run_experiment` reads the checkpoint.
 """
 
@@ -26,14 +30,22 @@ import pandas as pd
 
 from .. import plots
 from ..inspect import (
+    ALPHA,
+    FP_MAX,
+    FP_SEEDS,
+    MARGIN,
+    N_PERM,
+    PERM_SEED,
     FalsePositives,
     Layout,
     PermutationTest,
-    false_positive_rate,
+    effect_interval,
+    false_positives,
+    grade,
     inspect_checkpoint,
     passes,
     permutation_test,
-    unit_shapes,
+    reference_text,
     unit_statistics,
 )
 from ._common import Claim, Context, fmt
@@ -44,23 +56,19 @@ PAIRS = ("qk", "vo")
 CLAIMS = tuple(f"pretrained.{pair}_balance" for pair in PAIRS)
 PAIR_NAMES = {"qk": "key–query", "vo": "value–output"}
 SOURCE = "paper (empirical): balance of pretrained heads; T4"
-
-# Significance level of each claim: the conventional 1%; with the two claims of one
-# checkpoint, at most 2% family-wise when nothing is balanced.
-ALPHA = 0.01
-# Effect margin: the true pairs' median gap at most half the null pairings'. Unrelated
-# factors of the same sizes (and a random initialisation) give effect ≈ 1; under T4 the
-# gap shrinks as e^{−2ηλt}, so half is one half-life, ηλt = ln 2 / 2, far less than a
-# training run with weight decay provides (η = 3e-4, λ = 0.1 over 5·10⁵ steps: ηλt = 15).
-MARGIN = 0.5
-# Null pairings per test (seeded; all of them when there are at most N_PERM + 1):
-# smallest p 1/(N_PERM + 1) = 0.001, ten times below ALPHA.
-N_PERM = 999
-PERM_SEED = 0
-# Random-initialised checkpoints per pair on which the verdict's false-positive rate is
-# measured, and the largest rate at which the verdict is still reported as a test.
-FP_SEEDS = 100
-FP_MAX = 0.05
+# ALPHA (1% per claim), MARGIN (effect ≤ 0.5), N_PERM (999 null pairings, seed
+# PERM_SEED), FP_SEEDS (100 random initialisations) and FP_MAX (5%): those of
+# rankflow inspect's findings (rankflow.inspect._findings), so that the claim's verdict
+# and the graded finding read one test.
+__all__ = [
+    "ALPHA",
+    "FP_MAX",
+    "FP_SEEDS",
+    "MARGIN",
+    "false_positives",
+    "pretrained_claims",
+    "run_experiment",
+]
 
 STAT_TEXT = {
     "balance_gap_rel": "relative Gram gap ‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + ‖BᵀB‖_F)",
@@ -73,28 +81,6 @@ STAT_SHORT = {
     "rotary_gap_rel": "rotary-block energy gap",
     "nonrotary_gap_rel": "non-rotary Gram gap",
 }
-
-
-def false_positives(
-    layout: Layout, n_layers: int, *, n_seeds: int = FP_SEEDS, n_perm: int = N_PERM
-) -> dict[str, FalsePositives]:
-    """Per pair, how often the verdict passes on ``n_seeds`` random-initialised
-    checkpoints with ``layout``'s units over ``n_layers`` layers (weights iid N(0, s²);
-    Grams drawn from their exact Wishart law, see
-    :func:`rankflow.inspect.false_positive_rate`)."""
-    shapes = unit_shapes(layout, n_layers)
-    return {
-        pair: false_positive_rate(
-            shapes[pair],
-            _statistics(pair, layout)[0],
-            alpha=ALPHA,
-            margin=MARGIN,
-            n_seeds=n_seeds,
-            n_perm=n_perm,
-            seed=PERM_SEED,
-        )
-        for pair in PAIRS
-    }
 
 
 def _n(count: int, word: str) -> str:
@@ -177,7 +163,26 @@ def _tolerance(fp: FalsePositives | None) -> str:
     )
 
 
-def _rows(pair, tests, verdict, fp) -> list[dict]:
+def _finding_text(pair: str, test: PermutationTest, interval: tuple[float, float]) -> str:
+    """The graded finding, the effect's interval and the training reference, in words."""
+    lo, hi = interval
+    finding = grade(test)
+    words = {
+        "balanced": "each head's factors at most half as far apart as those of different "
+        "heads, significantly",
+        "partially balanced": f"each head's factors significantly (p ≤ {ALPHA}) closer than "
+        f"those of different heads, but by less than the margin {MARGIN}",
+        "not detected": "the true pairs are not distinguishable from pairings of different heads",
+        "too few pairings": f"the test cannot reach p ≤ {ALPHA} at this shape",
+    }[finding]
+    text = (
+        f" Graded finding: **{finding}** ({words}); effect {fmt(test.effect, 3)}, 95% "
+        f"bootstrap interval {fmt(lo, 3)}–{fmt(hi, 3)} (heads resampled within layers)."
+    )
+    return text + " Training reference: " + reference_text(pair, test.statistic, test.effect)
+
+
+def _rows(pair, tests, verdict, fp, interval=(np.nan, np.nan)) -> list[dict]:
     rows = []
     for i, (stat, t) in enumerate(tests.items()):
         rows.append(
@@ -199,6 +204,9 @@ def _rows(pair, tests, verdict, fp) -> list[dict]:
                 "alpha": ALPHA,
                 "margin": MARGIN,
                 "verdict": verdict if i == 0 else "",
+                "finding": grade(t),
+                "effect_lo": interval[0] if i == 0 else np.nan,
+                "effect_hi": interval[1] if i == 0 else np.nan,
                 # the false-positive rate belongs to the verdict's statistic only
                 "fp_seeds": fp.n_seeds if fp and i == 0 else 0,
                 "fp_pass": fp.n_pass if fp and i == 0 else np.nan,
@@ -217,12 +225,15 @@ def pretrained_claims(
     false_positives: Mapping[str, FalsePositives] | None = None,
     n_perm: int = N_PERM,
     seed: int = PERM_SEED,
+    n_boot: int = 999,
 ) -> tuple[list[Claim], pd.DataFrame]:
     """The claims ``pretrained.qk_balance`` and ``pretrained.vo_balance`` and the table
     ``pretrained_permutation``, from ``Inspection.pair_gaps`` ((pair, statistic) →
     (L, U, U) gap matrices, the diagonals the true pairs) of a checkpoint with
     ``layout``; pure (no files). ``false_positives``: per pair, the verdict's measured
     false-positive rate (:func:`false_positives`), stated in the claim; None: not stated.
+    Each claim's measurement also gives the graded finding (:func:`rankflow.inspect.grade`),
+    the effect's bootstrap interval over ``n_boot`` replicates and the training reference.
     """
     claims, rows = [], []
     for pair in PAIRS:
@@ -235,6 +246,7 @@ def pretrained_claims(
         }
         fp = None if false_positives is None else false_positives.get(pair)
         verdict, why = _decide(pair, tests[stats[0]], fp, layout)
+        interval = effect_interval(pair_gaps[pair, stats[0]], n_boot=n_boot, seed=seed)
         claims.append(
             Claim(
                 experiment=NAME,
@@ -247,13 +259,14 @@ def pretrained_claims(
                 prediction=f"median {STAT_TEXT[stats[0]]} of the true pairs significantly "
                 "(p ≤ α) and clearly (effect ≤ margin) below that of pairings with B "
                 "permuted within each layer",
-                measurement=_measurement(pair, tests, layout, why),
+                measurement=_measurement(pair, tests, layout, why)
+                + _finding_text(pair, tests[stats[0]], interval),
                 tolerance=_tolerance(fp),
                 verdict=verdict,
                 figure="pretrained_scatter.png",
             )
         )
-        rows += _rows(pair, tests, verdict, fp)
+        rows += _rows(pair, tests, verdict, fp, interval)
     return claims, pd.DataFrame(rows)
 
 
@@ -263,14 +276,16 @@ def run_experiment(ctx: Context) -> None:
         ctx.checkpoint, out=out, figures=plots.inspection_figures, progress=False
     )
     ctx.table("pretrained_heads", res.heads)
-    for name in ("scatter", "layers"):
+    ctx.table("pretrained_findings", res.findings)
+    for name in ("scatter", "layers", "findings"):
         if (out / f"{name}.png").is_file():
             shutil.copyfile(out / f"{name}.png", ctx.figures / f"pretrained_{name}.png")
     lay = res.layout
     ctx.notes.append(
         f"Checkpoint `{res.meta['name']}`: {lay.arch}, {lay.n_layers} layers, "
         f"{lay.n_heads} heads; summary in `runs/inspect/summary.md`; permutation tests in "
-        "`tables/pretrained_permutation.csv`."
+        "`tables/pretrained_permutation.csv`; graded findings per pair and layer in "
+        "`tables/pretrained_findings.csv` and `figures/pretrained_findings.png`."
     )
     fps = false_positives(lay, len(res.meta["layers"]))
     claims, table = pretrained_claims(res.pair_gaps, lay, false_positives=fps)

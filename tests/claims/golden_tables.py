@@ -16,7 +16,8 @@ The ten top-level float64 tables were captured by the pre-#13 code (commit bba76
 others (every config of ``sims/attention``, ``sims/noise`` and ``sims/reproduce``, and
 all float32 tables) by the pre-#27 code (commit 8af73a0), before the package moved into
 ``config/``, ``engine/``, ``numerics/`` and ``core/``; ``compare_sweep`` (a config added
-with issue #28) by the code that added it.
+with issue #28) and ``reproduce/reference_adamw``, ``reproduce/reference_sgd`` (issue #30)
+by the code that added them.
 
 ``python tests/claims/golden_tables.py [--only SUBSTRING] [--f32]`` rewrites the tables from the
 current code: run it only when a change of the tables is intended, and say so in the
@@ -69,6 +70,8 @@ SLOW = {
     "reproduce/rebuttal_lambda",
     "reproduce/rebuttal_lr",
     "reproduce/rebuttal_vit",
+    "reproduce/reference_adamw",
+    "reproduce/reference_sgd",
     "reproduce/noise_sme",
     "reproduce/discrete_sgd",
     "reproduce/noise_models",

@@ -318,8 +318,11 @@ def test_cli_writes_tables_figures_and_summary(tmp_path, capsys):
         "heads.csv",
         "grams.parquet",
         "summary.md",
+        "findings.parquet",
+        "findings.csv",
         "scatter.png",
         "layers.png",
+        "findings.png",
     ]
     pd.testing.assert_frame_equal(
         heads, pd.read_csv(out / "heads.csv"), check_dtype=False, rtol=1e-12

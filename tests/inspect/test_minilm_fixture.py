@@ -82,3 +82,20 @@ def test_key_query_significant_and_value_output_not(minilm):
     vo = permutation_test(res.pair_gaps["vo", "balance_gap_rel"], n_perm=999, seed=0)
     assert qk.p <= 0.01 and qk.effect < 0.9, qk
     assert vo.p > 0.05, vo
+
+
+def test_graded_findings(minilm):
+    """Key–query: partially balanced (p = 0.001, effect 0.817 with its interval inside
+    (0.5, 1)); value–output: not detected (its interval holds 1). Both read 'fail' under
+    the paper's claim; the findings tell them apart."""
+    from rankflow.inspect import inspect_checkpoint
+
+    f = inspect_checkpoint(minilm).findings
+    rows = {r["pair"]: r for _, r in f[f["scope"] == "all"].iterrows()}
+    qk, vo = rows["qk"], rows["vo"]
+    assert qk["finding"] == "partially balanced", qk
+    assert 0.5 < qk["effect_lo"] <= qk["effect"] <= qk["effect_hi"] < 1, qk
+    assert vo["finding"] == "not detected" and vo["effect_lo"] < 1 < vo["effect_hi"], vo
+    assert qk["fp_pass_rate"] == 0 and qk["fp_detect_rate"] <= 0.05
+    per_layer = f[(f["scope"] == "layer") & (f["pair"] == "qk")]
+    assert len(per_layer) == LAYERS and set(per_layer["finding"]) == {"partially balanced"}

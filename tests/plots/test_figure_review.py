@@ -461,7 +461,17 @@ def test_inspect_figures(monkeypatch, tmp_path):
         cli.main,
         ["inspect", str(path), "--out", str(tmp_path / "s"), "--spectra", "--quiet"],
     )
-    assert len(figs) >= 3  # scatter, layers, spectra
+    assert len(figs) >= 4  # scatter, layers, findings, spectra
+    for fig in figs:
+        check_figure(fig)
+
+
+def test_reference_figure(monkeypatch, tmp_path):
+    """The training reference's figure, from the table shipped with the package."""
+    from rankflow.inspect import reference_table
+    from rankflow.plots.findings import reference_figure
+
+    figs = written(monkeypatch, reference_figure, reference_table(), tmp_path / "r.png")
     for fig in figs:
         check_figure(fig)
 
