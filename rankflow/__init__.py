@@ -13,6 +13,7 @@ when first used, so that ``import rankflow`` stays as fast as the entry points n
 - ``rankflow.attention``: the transformer family (the rebuttal's experiments);
 - ``rankflow.compare``: a discrete optimizer against the flow it discretises;
 - ``rankflow.inspect``: balance and rank of pretrained checkpoints;
+- ``rankflow.track``: balance and rank of factor pairs in a user's own training loop;
 - ``rankflow.plots``: figures from results tables (the one part importing matplotlib);
 - ``rankflow.reproduce``: every claim of the paper as a test with a verdict;
 - ``rankflow.config``, ``rankflow.numerics``, ``rankflow.engine``: the shared layers
@@ -41,6 +42,7 @@ SUBPACKAGES = (
     "plots",
     "reproduce",
     "theory",
+    "track",
 )
 __all__ = ["SUBPACKAGES", "ConfigError", "load", "resolve", "run", "use_all_cores"]
 

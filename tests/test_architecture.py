@@ -30,6 +30,7 @@ LAYERS = (
     ("core",),
     ("attention",),
     ("api", "compare", "inspect"),
+    ("track",),
     ("plots",),
     ("reproduce",),
     ("cli",),
