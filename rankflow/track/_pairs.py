@@ -39,7 +39,16 @@ _LAYOUT = re.compile(r"^(?:[hmr]|\(hr\))+$")
 
 class TrackError(ConfigError):
     """A layout that matches nothing, a missing path, mismatched pair shapes: one line
-    naming what was expected."""
+    naming what was expected.
+
+    Examples:
+        >>> from rankflow.track import Factor, TrackError
+        >>> try:
+        ...     Factor("w", "mq")
+        ... except TrackError as e:
+        ...     print(str(e)[:57])
+        Factor layout: 'mq' is not one of the axis strings over h
+    """
 
 
 def _axes(layout: str) -> list[str]:
@@ -255,7 +264,20 @@ def lora_pairs(params) -> list[Pair]:
 
 def resolve_pairs(params, pairs: Sequence[Pair] | str | None = "auto") -> list[Pair]:
     """The pairs to track: ``"auto"`` (attention, else LoRA, by names), or the given
-    ones; a :class:`TrackError` naming what was looked for when nothing matches."""
+    ones (checked: every path exists, the shapes match); a :class:`TrackError` naming
+    what was looked for when nothing matches.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.track import resolve_pairs
+        >>> lora = {"lora_A": {"weight": np.ones((2, 6))}, "lora_B": {"weight": np.ones((5, 2))}}
+        >>> [(p.name, p.layer) for p in resolve_pairs(lora)]
+        [('lora', 0)]
+        >>> resolve_pairs({"dense": {"kernel": np.ones((3, 3))}})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rankflow.track._pairs.TrackError: pairs: no factor pairs found by name ...
+    """
     if pairs is None or isinstance(pairs, str):
         if pairs not in (None, "auto", "attention", "lora"):
             raise TrackError(

@@ -21,6 +21,7 @@ import pytest
 import rankflow
 import rankflow.compare
 import rankflow.inspect
+import rankflow.track
 from rankflow import theory
 
 # An ``Example:`` / ``Examples:`` heading of a google-style docstring, on its own line.
@@ -138,7 +139,12 @@ def test_theory_examples_fail_on_a_wrong_formula(monkeypatch):
 # --- rankflow, rankflow.compare, rankflow.inspect ----------------------------------------
 
 # Functions and classes in each module's __all__ (its constants, e.g. COLUMNS, have none).
-PUBLIC_CALLABLES = {"rankflow": 5, "rankflow.compare": 3, "rankflow.inspect": 50}
+PUBLIC_CALLABLES = {
+    "rankflow": 5,
+    "rankflow.compare": 3,
+    "rankflow.inspect": 50,
+    "rankflow.track": 13,
+}
 
 
 NAME = lambda module: module.__name__
@@ -152,7 +158,9 @@ def public_callables(module) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("module", [rankflow, rankflow.compare, rankflow.inspect], ids=NAME)
+@pytest.mark.parametrize(
+    "module", [rankflow, rankflow.compare, rankflow.inspect, rankflow.track], ids=NAME
+)
 def test_every_public_function_and_class_has_an_example(module):
     assert len(public_callables(module)) == PUBLIC_CALLABLES[module.__name__]
     assert without_example(module) == []
