@@ -68,6 +68,7 @@ from ._reference import REFERENCE_COLUMNS as REFERENCE_COLUMNS
 from ._reference import reference_meta as reference_meta
 from ._reference import reference_table as reference_table
 from ._reference import reference_text as reference_text
+from ._run import ID_COLUMNS as ID_COLUMNS
 from ._run import Inspection as Inspection
 from ._run import inspect_checkpoint as inspect_checkpoint
 from ._run import inspect_layer as inspect_layer
@@ -98,6 +99,7 @@ __all__ = [
     "FINDINGS",
     "FP_MAX",
     "FP_SEEDS",
+    "ID_COLUMNS",
     "MARGIN",
     "N_PERM",
     "PERM_SEED",

@@ -5,6 +5,8 @@ or a folder holding either (or the same of PyTorch ``.bin`` files, read through 
 :mod:`._torchbin`), with an optional ``config.json`` beside it. Opening one
 reads the headers only (names, shapes, dtypes); tensor data is read by
 :meth:`Checkpoint.read`, which opens the shard files anew on every call.
+:meth:`Checkpoint.from_arrays` makes one of tensors already in memory (a PyTorch
+``state_dict``, for ``rankflow.track``) and a config dict, read the same way.
 
 Why reopen: ``safe_open`` memory-maps the whole file, and every page a read touches
 stays resident (and counts in the process's RSS) until the map is closed. Reading all
@@ -15,8 +17,8 @@ keeps the peak at about one layer's tensors, so checkpoints larger than memory w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,8 @@ __all__ = ["Checkpoint", "InspectError", "open_checkpoint"]
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 INDEX_SUFFIX = ".safetensors.index.json"
 TORCH_INDEX = "pytorch_model.bin.index.json"
+# numpy's (and torch's, after "torch.") dtype names → the safetensors spelling.
+_DTYPE_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,48 @@ class Checkpoint:
     dtypes: dict[str, str]
     config: dict | None
     config_path: Path | None
+
+    @classmethod
+    def from_arrays(
+        cls,
+        tensors: Mapping[str, object],
+        config: dict | None = None,
+        *,
+        name: str = "state_dict",
+        convert: Callable[[object], np.ndarray] = np.asarray,
+    ) -> Checkpoint:
+        """A checkpoint of tensors in memory: ``tensors`` maps name → array (anything
+        with ``shape`` and ``dtype``; other values, e.g. ``_extra_state``, are left out),
+        ``config`` is what ``config.json`` would hold. :meth:`read` returns
+        ``convert(tensor)`` as a numpy copy; errors name ``name`` (the file's place) and
+        ``config``.
+
+        Examples:
+            The GPT-2 layer of the class example, from a dict: the same headers.
+
+            >>> import numpy as np
+            >>> from rankflow.inspect import Checkpoint
+            >>> tensors = {"h.0.attn.c_attn.weight": np.ones((8, 24), np.float32),
+            ...            "h.0.attn.c_proj.weight": np.eye(8)}
+            >>> ckpt = Checkpoint.from_arrays(tensors)
+            >>> ckpt.names, ckpt.dtypes["h.0.attn.c_attn.weight"], ckpt.files
+            (['h.0.attn.c_attn.weight', 'h.0.attn.c_proj.weight'], 'F32', ())
+            >>> float(ckpt.read(["h.0.attn.c_proj.weight"])["h.0.attn.c_proj.weight"].trace())
+            8.0
+        """
+        arrays = {k: v for k, v in tensors.items() if hasattr(v, "shape") and hasattr(v, "dtype")}
+        dtypes = {k: str(v.dtype).removeprefix("torch.") for k, v in arrays.items()}
+        return _InMemory(
+            path=Path(name),
+            files=(),
+            where=dict.fromkeys(arrays, Path(name)),
+            shapes={k: tuple(int(d) for d in v.shape) for k, v in arrays.items()},
+            dtypes={k: _DTYPE_NAMES.get(d, d) for k, d in dtypes.items()},
+            config=None if config is None else dict(config),
+            config_path=None if config is None else Path("config"),
+            arrays=arrays,
+            convert=convert,
+        )
 
     @property
     def names(self) -> list[str]:
@@ -125,6 +171,10 @@ class Checkpoint:
                             ) from e
             except (SafetensorError, OSError) as e:
                 raise InspectError(f"{file}: cannot read safetensors file ({e})") from e
+        return self._finite(out)
+
+    def _finite(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``out``, after refusing non-finite weights (a damaged or diverged model)."""
         bad = [
             f"{name!r} has {n} of {out[name].size}"
             for name in sorted(out)
@@ -136,6 +186,29 @@ class Checkpoint:
                 "a damaged or diverged checkpoint cannot be inspected"
             )
         return out
+
+
+@dataclass(frozen=True)
+class _InMemory(Checkpoint):
+    """:meth:`Checkpoint.from_arrays`: the tensors themselves instead of files."""
+
+    arrays: Mapping[str, object] = field(default_factory=dict, repr=False, compare=False)
+    convert: Callable[[object], np.ndarray] = field(default=np.asarray, repr=False, compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the tensors in memory."""
+        return sum(int(getattr(v, "nbytes", 0)) for v in self.arrays.values())
+
+    def read(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """The named tensors as numpy copies (``convert``, then copied), checked as
+        :meth:`Checkpoint.read` checks those of a file."""
+        names = list(names)
+        for name in names:
+            if name not in self.arrays:
+                raise InspectError(f"{self.path}: no tensor {name!r}")
+        self._check_dtypes(names)
+        return self._finite({n: np.array(self.convert(self.arrays[n])) for n in names})
 
 
 def _non_finite(x: np.ndarray) -> int:

@@ -15,7 +15,9 @@ measured one.
 
 Modules: ``_pairs`` (factor pairs: paths, layouts, detection by name), ``_measure``
 (the jittable statistics and their rows), ``_predict`` (the theory's decay per optimizer
-and the fit of the measured one), ``_tracker`` (the loop-side object and its folder).
+and the fit of the measured one), ``_torch`` (PyTorch / Hugging Face state_dicts, read
+as ``rankflow.inspect`` reads their checkpoints), ``_tracker`` (the loop-side object and
+its folder).
 """
 
 from ._measure import COLUMNS as COLUMNS
@@ -32,6 +34,7 @@ from ._predict import KINDS as KINDS
 from ._predict import Optimizer as Optimizer
 from ._predict import predicted_rates as predicted_rates
 from ._predict import prediction_table as prediction_table
+from ._torch import state_dict_rows as state_dict_rows
 from ._tracker import Tracker as Tracker
 
 __all__ = [
@@ -50,4 +53,5 @@ __all__ = [
     "prediction_table",
     "resolve_pairs",
     "rows",
+    "state_dict_rows",
 ]

@@ -15,23 +15,30 @@ after; ``prediction.csv`` is written by :meth:`Tracker.close`. The measurement i
 jitted function of the parameters (compiled once, at the first log), run between the
 user's steps; ``callback(step, rows)`` and a TensorBoard-style ``writer`` (anything with
 ``add_scalar(tag, value, step)``) receive each measurement.
+
+A PyTorch / Hugging Face model (or its ``state_dict``) is measured as ``rankflow
+inspect`` measures its checkpoint (:func:`rankflow.track.state_dict_rows`, numpy,
+between the steps): the rows are inspect's heads table with the tracker's ``t`` and
+``status``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import pandas as pd
 
+from ..config.fields import ConfigError
 from ..engine import store
 from ..engine.writer import WriterLock, check_out
 from ._measure import measure, rows
 from ._pairs import Pair, TrackError, resolve_pairs
 from ._predict import Optimizer, prediction_table
+from ._torch import is_torch, state_dict_layout, state_dict_rows, tracker_rows
 
 __all__ = ["KIND", "Tracker"]
 
@@ -58,6 +65,9 @@ class Tracker:
         writer: a TensorBoard-style writer; receives the median ``balance_gap_rel`` and
             ``effective_rank`` per pair and layer as scalars.
         config: extra JSON-able settings recorded in ``config.json`` (model, data, …).
+        model_config: the config (``config.json``'s content) of a PyTorch ``state_dict``
+            given to :meth:`log`: its architecture and heads (a Hugging Face model's own
+            is used when the model itself is given).
 
     Examples:
         >>> import numpy as np
@@ -83,6 +93,7 @@ class Tracker:
         callback: Callable[[int, pd.DataFrame], Any] | None = None,
         writer: Any = None,
         config: dict | None = None,
+        model_config: dict | None = None,
     ):
         if not (isinstance(every, int) and every >= 1):
             raise TrackError(f"every: must be an integer ≥ 1, got {every!r}")
@@ -96,6 +107,8 @@ class Tracker:
         self.every, self.optimizer, self.rank_tol = every, optimizer, rank_tol
         self.flush_every, self.callback, self.writer = flush_every, callback, writer
         self.config = dict(config or {})
+        self.model_config = model_config
+        self._state_dict = False  # params read as a PyTorch state_dict (decided at first)
         self._want = pairs
         self.pairs: list[Pair] | None = None
         self._frames: list[pd.DataFrame] = []
@@ -117,11 +130,34 @@ class Tracker:
         return self._rows(-1, params)
 
     def _rows(self, step: int, params) -> pd.DataFrame:
-        if self.pairs is None:
-            self.pairs = resolve_pairs(params, self._want)
-            pairs, tol = tuple(self.pairs), self.rank_tol
-            self._fn = jax.jit(lambda p: measure(p, pairs, tol))
+        if self.pairs is None and not self._state_dict:
+            self._state_dict = self._reads_state_dict(params)
+            if not self._state_dict:
+                pairs, tol = tuple(self.pairs), self.rank_tol
+                self._fn = jax.jit(lambda p: measure(p, pairs, tol))
+        if self._state_dict:
+            table = state_dict_rows(params, config=self.model_config, rank_tol=self.rank_tol)
+            return tracker_rows(step, table)
         return rows(step, self.pairs, self._fn(params))
+
+    def _reads_state_dict(self, params) -> bool:
+        """Whether ``params`` is read as a PyTorch / Hugging Face state_dict: a torch
+        model or tensors, or a mapping where no JAX pair matches but Hugging Face's
+        attention names do (else one line saying what was looked for both ways). If
+        not, :attr:`pairs` is resolved."""
+        if self._want == "auto" and is_torch(params):
+            return True
+        try:
+            self.pairs = resolve_pairs(params, self._want)
+            return False
+        except TrackError as e:
+            if self._want != "auto" or not isinstance(params, Mapping):
+                raise
+            try:
+                state_dict_layout(params, config=self.model_config)
+            except ConfigError as e2:
+                raise TrackError(f"{e}; nor a PyTorch state_dict: {e2}") from None
+            return True
 
     def log(self, step: int, params, *, force: bool = False) -> pd.DataFrame | None:
         """Measure ``params`` at ``step`` when due (or ``force``): the new rows, appended
@@ -175,6 +211,7 @@ class Tracker:
                 "mu": opt.mu,
                 "schedule": None if opt.schedule is None else opt.schedule._asdict(),
             },
+            **({"params": "state_dict"} if self._state_dict else {}),
             **self.config,
         }
 

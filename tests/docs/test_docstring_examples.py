@@ -143,7 +143,7 @@ PUBLIC_CALLABLES = {
     "rankflow": 5,
     "rankflow.compare": 3,
     "rankflow.inspect": 50,
-    "rankflow.track": 13,
+    "rankflow.track": 14,
 }
 
 
