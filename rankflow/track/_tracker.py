@@ -25,6 +25,7 @@ between the steps): the rows are inspect's heads table with the tracker's ``t`` 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,9 +137,23 @@ class Tracker:
                 pairs, tol = tuple(self.pairs), self.rank_tol
                 self._fn = jax.jit(lambda p: measure(p, pairs, tol))
         if self._state_dict:
-            table = state_dict_rows(params, config=self.model_config, rank_tol=self.rank_tol)
+            try:
+                table = state_dict_rows(params, config=self.model_config, rank_tol=self.rank_tol)
+            except ConfigError as e:
+                if "non-finite" not in str(e) or not self._frames:
+                    raise
+                return self._diverged(step)  # a diverged model is recorded, not fatal
             return tracker_rows(step, table)
         return rows(step, self.pairs, self._fn(params))
+
+    def _diverged(self, step: int) -> pd.DataFrame:
+        """The rows of the last measurement at ``step``, every statistic NaN and the
+        status ``diverged``: what the JAX path records for non-finite parameters."""
+        df = self._frames[-1].copy()
+        ids = ("t", "layer", "head", "run_id", "path")
+        numeric = [c for c in df.select_dtypes("number").columns if c not in ids]
+        df[numeric] = float("nan")
+        return df.assign(t=step, status="diverged")
 
     def _reads_state_dict(self, params) -> bool:
         """Whether ``params`` is read as a PyTorch / Hugging Face state_dict: a torch
@@ -222,11 +237,20 @@ class Tracker:
             return
         if self._lock is None:
             self._lock = WriterLock(self.out, KIND).acquire()
+            self._clear_previous()
             settings = json.loads(json.dumps(self._settings(), default=str))
             self._ident = store.prepare(
                 self.out, settings, chunk_size=None, chunks=1, resume=False, runs=1
             )
         store.write_chunk(self.out, 0, self.table, ident=self._ident)
+
+    def _clear_previous(self) -> None:
+        """A tracker's folder written again: the earlier tracker's outputs go as a whole
+        (its table, manifest, config and prediction), so that no row of it survives
+        beside the new ones."""
+        for name in (store.MANIFEST, store.CONFIG, PREDICTION):
+            (self.out / name).unlink(missing_ok=True)
+        shutil.rmtree(self.out / store.RESULTS, ignore_errors=True)
 
     def prediction(self, t_min: float | None = None) -> pd.DataFrame:
         """The predicted decay beside the measured one, per unit

@@ -190,3 +190,30 @@ def test_no_attention_tensors_is_one_line_and_no_folder(tmp_path):
     msg = str(err.value)
     assert "\n" not in msg and "no factor pairs" in msg and "no attention tensors" in msg
     assert not out.exists()
+
+
+def test_a_diverged_state_dict_is_recorded_not_fatal(tmp_path):
+    """A weight turning NaN after a finite measurement: the tracker records the step's
+    rows as diverged (every statistic NaN), as the JAX path does, and training goes on."""
+    sd, config, _ = state_dict(tmp_path, "gpt2", seed=0)
+    bad = dict(sd)
+    name = next(k for k in sd if k.endswith("attn.c_attn.weight"))
+    bad[name] = np.full_like(sd[name], np.nan)
+    tracker = Tracker(None, every=1, model_config=config)
+    tracker.log(0, sd)
+    rows = tracker.log(1, bad)
+    assert set(rows["status"]) == {"diverged"} and rows[list(COLUMNS)].isna().all().all()
+    assert len(rows) == len(tracker.table[tracker.table["t"] == 0])
+
+
+def test_a_tracker_folder_written_again_holds_only_the_new_rows(tmp_path):
+    sd, config, _ = state_dict(tmp_path, "gpt2", seed=0)
+    out = tmp_path / "run"
+    with Tracker(out, every=1, model_config=config) as tracker:
+        for step in (0, 1, 2):
+            tracker.log(step, sd)
+    with Tracker(out, every=1, model_config=config, config={"second": True}) as tracker:
+        tracker.log(7, sd)
+    df = rankflow.load(out)
+    assert sorted(df["t"].unique()) == [7]
+    assert json.loads((out / "config.json").read_text())["config"]["second"] is True
