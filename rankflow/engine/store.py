@@ -448,7 +448,7 @@ def load(path: str | Path, *, table: str = RESULTS, strict: bool = False) -> pd.
     if p.is_dir() and not (p / MANIFEST).exists() and (p.parent / MANIFEST).exists():
         return load(p.parent, table=p.name, strict=strict)
     if p.is_file():
-        df = _read_parquet(p)
+        df = _read_file(p)
     elif (p / MANIFEST).exists():
         df = _read_checked(p, table, strict)
     elif p.name.endswith(".parquet"):  # a bare directory of chunk files
@@ -463,6 +463,25 @@ def load(path: str | Path, *, table: str = RESULTS, strict: bool = False) -> pd.
     if "status" in df.columns:  # categories are per file: one set for all
         df["status"] = pd.Categorical(df["status"].astype(str), categories=list(STATUS))
     return sort_rows(df)
+
+
+def _read_file(p: Path) -> pd.DataFrame:
+    """A table given as one file: parquet (told by its leading magic bytes), or refused
+    as not rankflow's (a CSV export, a config) rather than called damaged."""
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ResultsError(f"{p}: cannot read ({e.strerror or e})") from None
+    if magic != b"PAR1":
+        raise ResultsError(
+            f"{p}: not a results directory or parquet file (rankflow reads the directory "
+            "`rankflow run --out DIR` writes, or a .parquet table)"
+        )
+    try:
+        return pd.read_parquet(p)
+    except Exception as e:  # noqa: BLE001 - any unreadable parquet file is damaged
+        raise ResultsError(f"{p}: damaged parquet file ({type(e).__name__})") from None
 
 
 def _read_parquet(f: Path) -> pd.DataFrame:
