@@ -4,7 +4,6 @@ needs, the two programs, their tables, and the files they are written to."""
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -376,8 +375,10 @@ def write(
     figures: Figures | None = None,
 ) -> Path:
     """Write ``tables`` (parquet, CSV), their figures (``figures(tables, out)``, when
-    given), ``summary.md`` and ``config.json`` (``meta`` plus versions and devices) into
-    the directory ``out``.
+    given; it returns the paths it wrote), ``summary.md`` and ``config.json`` (``meta``
+    plus versions, devices and the list of outputs) into the directory ``out``; the
+    files a previous comparison there wrote and this one did not are removed
+    (:func:`rankflow.engine.store.write_outputs`).
 
     Examples:
       The tables of :func:`compare` (whose ``out`` calls this), with the two resolved
@@ -398,17 +399,14 @@ def write(
       ['config.json', 'contraction.csv', 'contraction.parquet', 'order.csv', 'order.parquet',
        'summary.md', 'trajectory.csv', 'trajectory.parquet']
     """
-    from ..engine.store import provenance
+    from ..engine.store import provenance, write_outputs
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Any] = {}
     for name, df in tables.items():
-        df.to_parquet(out / f"{name}.parquet", index=False)
-        df.to_csv(out / f"{name}.csv", index=False)
-    if figures is not None:
-        figures(tables, out)
-    (out / "summary.md").write_text(summary(tables, meta, figures=figures is not None))
-    (out / "config.json").write_text(
-        json.dumps(dict(meta) | provenance(), indent=2, default=str) + "\n"
-    )
+        files |= {f"{name}.parquet": df, f"{name}.csv": df}
+    files["summary.md"] = summary(tables, meta, figures=figures is not None)
+    # The figures draw themselves into out; the names they return are listed as outputs.
+    drawn = figures and (lambda: dict.fromkeys(Path(p).name for p in figures(tables, out) or ()))
+    write_outputs(out, "config.json", dict(meta) | provenance(), files, drawn)
     return out

@@ -6,7 +6,8 @@ DIR/manifest.json          config hash, chunk size and count: what resuming must
 DIR/results.parquet/       the tidy table, one parquet file per finished chunk
     chunk-00000.parquet
 DIR/submitit/              logs of SLURM array tasks (``--executor submitit``)
-DIR/.rankflow.lock         the writer's lock (:mod:`rankflow.engine.writer`)
+DIR/.rankflow.lock         the marker that rankflow made DIR, and the writer's lock
+                           (:mod:`rankflow.engine.writer`)
 ```
 
 Every file is written atomically (a hidden temporary file, then a rename), so a
@@ -108,9 +109,11 @@ def write_outputs(
     """Write every entry of ``files`` atomically into ``out``, then those of ``later()``
     (made only then: figures are drawn after the tables are written), then the marker
     file ``marker``: ``meta`` with the list of outputs. An entry is ``name: value``: a
-    table (written as parquet or CSV by the name's suffix), a text, or a
-    ``write(path)``. The old marker goes first, so a directory whose marker exists is
-    complete. Returns the names written."""
+    table (written as parquet or CSV by the name's suffix), a text, a ``write(path)``,
+    or None for a file the caller has already written. The old marker goes first, so a
+    directory whose marker exists is complete; the previous run's outputs that this run
+    did not write go last, so a rerun replaces them as a whole (a run that fails leaves
+    them, and the rerun that succeeds removes them). Returns the names written."""
 
     def writer(name: str, value: Any) -> Callable:
         if isinstance(value, pd.DataFrame):
@@ -122,16 +125,47 @@ def write_outputs(
         return value
 
     out.mkdir(parents=True, exist_ok=True)
+    # The previous outputs, kept beside the marker until the new marker lists this run's.
+    pending = out / f".{marker}.previous"
+    previous = sorted(set(_outputs_of(out / marker)) | set(_outputs_of(pending)))
+    if previous:
+        atomic_write(pending, lambda p: Path(p).write_text(json.dumps({"outputs": previous})))
     (out / marker).unlink(missing_ok=True)  # no marker until everything below is written
     for name, value in files.items():
-        atomic_write(out / name, writer(name, value))
+        if value is not None:
+            atomic_write(out / name, writer(name, value))
     more = later() if later else {}
     for name, value in more.items():
-        atomic_write(out / name, writer(name, value))
+        if value is not None:
+            atomic_write(out / name, writer(name, value))
     written = [*files, *more]
     meta = dict(meta, outputs=written)
-    atomic_write(out / marker, writer(marker, json.dumps(meta, indent=2)))
+    atomic_write(out / marker, writer(marker, json.dumps(meta, indent=2, default=str)))
+    _remove_stale(out, previous, {*written, marker})
+    pending.unlink(missing_ok=True)
     return written
+
+
+def _outputs_of(path: Path) -> list[str]:
+    """The ``outputs`` a marker file lists; none when it is absent or unreadable."""
+    try:
+        names = json.loads(path.read_text()).get("outputs")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _remove_stale(out: Path, previous: Iterable[str], written: set[str]) -> None:
+    """Remove each file of ``previous`` not in ``written``: only plain files (or links)
+    at a relative name inside ``out``, never a directory, a hidden name (the lock, a
+    temporary) or a path that leaves ``out``."""
+    for name in previous:
+        parts = Path(name).parts
+        if name in written or not parts or parts[0].startswith((".", "/")) or ".." in parts:
+            continue
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:

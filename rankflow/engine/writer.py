@@ -1,17 +1,20 @@
-"""Who may write a directory: the ``--out`` check and the exclusive lock.
+"""Who may write a directory: the marker, the ``--out`` check and the exclusive lock.
 
-Every writer (a sweep, ``compare``, ``inspect``, ``reproduce``) first checks its
-output directory (:func:`check_out`): it must be new, empty, or one of rankflow's own
-directories of the same kind; anything else — a user's model folder, a file, a path
-under a file, an unwritable place — is refused in one line before any work.
+A directory is rankflow's only if rankflow made it: every writer (a sweep, ``compare``,
+``inspect``, ``reproduce``, a tracker) writes ``DIR/.rankflow.lock`` first, when it
+creates or claims an empty directory, recording the kind, the rankflow version, the
+command and a random id. Before any work a writer checks its output directory
+(:func:`check_out`): it must be new, empty, or marked with the same kind; anything else
+(a user's project or model folder, whatever names it holds, a file, a path under a
+file, an unwritable place) is refused in one line, and nothing in it changes.
 
-It then holds ``DIR/.rankflow.lock`` (:func:`claimed`) for as long as it writes: an
+The writer holds the marker (:func:`claimed`) for as long as it writes: an
 ``fcntl.flock`` exclusive lock, which the OS releases on any exit, ``kill -9``
-included. The file records the directory's kind and, while held, the holder (pid,
-host, command, start time): a second writer is refused at once naming the holder, and
-a holder recorded in a file nobody locks is a writer that crashed, reported in one line
-and taken over. SLURM array tasks of a sweep write their chunks under the claim of the
-process that submitted them (it holds the lock until every task has finished).
+included. While held, the marker also records the holder (pid, host, command, start
+time): a second writer is refused at once naming the holder, and a holder recorded in a
+file nobody locks is a writer that crashed, reported in one line and taken over. SLURM
+array tasks of a sweep write their chunks under the claim of the process that submitted
+them (it holds the lock until every task has finished).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import socket
 import sys
@@ -33,14 +37,8 @@ from ..config.fields import ConfigError
 __all__ = ["LOCK", "Busy", "WriterLock", "check_out", "claimed"]
 
 LOCK = ".rankflow.lock"
-# The files that, all present, mark a directory of each kind written before the lock
-# file existed (a sweep's manifest must also hold its config hash).
-_LEGACY_MARKS = {
-    "sweep": ("manifest.json", "config.json"),
-    "inspect": ("inspect.json", "heads.parquet"),
-    "compare": ("summary.md", "config.json", "trajectory.parquet"),
-    "reproduce": ("report.md", "runs"),
-}
+# What the marker keeps once released: what made the directory, not who writes it now.
+_MARK = ("kind", "version", "command", "id")
 
 
 class Busy(ConfigError):
@@ -54,30 +52,19 @@ def _nearest_existing(p: Path) -> Path:
 
 
 def _kind_of(p: Path) -> str | None:
-    """The rankflow kind recorded in (or evident from) directory ``p``, else None."""
+    """The kind the marker of directory ``p`` records, else None (no marker: not
+    rankflow's, whatever names the directory holds)."""
     try:
         kind = json.loads((p / LOCK).read_text() or "{}").get("kind")
     except (OSError, ValueError, AttributeError):
-        kind = None
-    if kind:
-        return kind
-    for k, marks in _LEGACY_MARKS.items():
-        if all((p / m).exists() for m in marks):
-            if k == "sweep" and '"config_hash"' not in (p / marks[0]).read_text(errors="replace"):
-                continue
-            return k
-    return None
-
-
-def _listing(names: list[str], shown: int = 4) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+        return None
+    return kind if isinstance(kind, str) and kind else None
 
 
 def check_out(out: str | Path, kind: str, option: str = "--out") -> None:
     """Raise ``ConfigError`` (one line naming what is there) unless ``out`` can be
     written by a rankflow writer of ``kind``: a new or empty directory under a writable
-    one, or a rankflow directory of the same kind."""
+    one, or a directory whose marker says ``kind``."""
     p = Path(out)
     base = _nearest_existing(p.absolute())
     if base != p.absolute() and not base.is_dir():
@@ -99,8 +86,7 @@ def check_out(out: str | Path, kind: str, option: str = "--out") -> None:
             f"choose a new or empty directory"
         )
     raise ConfigError(
-        f"{option}: {out} holds {_listing(names)} (not a rankflow results directory); "
-        f"choose a new or empty directory"
+        f"{option}: {out} holds {names[0]} (not made by rankflow); choose a new or empty directory"
     )
 
 
@@ -109,18 +95,21 @@ def _holder_line(h: dict) -> str:
 
 
 class WriterLock:
-    """An exclusive claim on a directory (see the module docstring): ``fresh`` when the
-    directory was new or empty when taken, so that everything in it is this writer's."""
+    """An exclusive claim on a directory, through its marker (see the module docstring):
+    ``fresh`` when the directory was new or empty when taken, so that everything in it
+    is this writer's."""
 
     def __init__(self, out: str | Path, kind: str):
         self.out, self.kind = Path(out), kind
         self.fresh = False
         self._fd: int | None = None
         self._made: list[Path] = []
+        self._mark: dict = {"kind": kind}
 
     def acquire(self) -> WriterLock:
-        """Create the directory if needed and lock it; raise :class:`Busy` naming the
-        holder when another process has it."""
+        """Check the directory (:func:`check_out`), create it if needed, lock it and write
+        its marker; raise :class:`Busy` naming the holder when another process has it."""
+        check_out(self.out, self.kind)
         missing = []
         p = self.out.absolute()
         while not p.exists():
@@ -160,13 +149,24 @@ class WriterLock:
                 file=sys.stderr,
             )
         self.fresh = not [n for n in os.listdir(self.out) if n != LOCK]
+        from .. import __version__
+
+        command = " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]
+        # What made the directory stays; a marker of an older rankflow gains what it lacks.
+        made = {} if self.fresh else {k: old[k] for k in _MARK[1:] if old.get(k)}
+        self._mark = {
+            "kind": self.kind,
+            "version": __version__,
+            "command": command,
+            "id": secrets.token_hex(8),
+        } | made
         self._write(
-            {
-                "kind": self.kind,
+            self._mark
+            | {
                 "holder": {
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
-                    "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200],
+                    "command": command,
                     "started": datetime.datetime.now().isoformat(timespec="seconds"),
                 },
             }
@@ -189,11 +189,11 @@ class WriterLock:
         os.pwrite(self._fd, data, 0)
 
     def release(self) -> None:
-        """Unlock, leaving the kind (and no holder) in the lock file."""
+        """Unlock, leaving the marker (kind, version, command, id; no holder)."""
         if self._fd is None:
             return
         with contextlib.suppress(OSError):
-            self._write({"kind": self.kind})
+            self._write(self._mark)
         os.close(self._fd)
         self._fd = None
 
@@ -227,7 +227,6 @@ def claimed(
     """Check ``out`` (:func:`check_out`), hold it exclusively while the block runs, and
     release it on any exit. When the block fails, a fresh directory is discarded unless
     ``keep()`` (e.g. a sweep with a finished chunk, which ``--resume`` continues)."""
-    check_out(out, kind)
     claim = WriterLock(out, kind).acquire()
     try:
         yield claim

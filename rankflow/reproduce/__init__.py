@@ -17,11 +17,14 @@ overrides of ``sims/reproduce/full.toml`` (more seeds, larger sizes).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import shlex
+import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +49,13 @@ EXPERIMENTS = {
     "reference": "reference",
     "pretrained": "pretrained",
 }
+
+
+# What a run writes beside runs/: a rerun replaces them as a whole, while runs/ stays
+# (it holds the sweeps, which a rerun resumes).
+OUTPUTS = ("tables", "figures", "report.md")
+# Where the previous run's outputs wait while a rerun writes its own.
+PREVIOUS = ".rankflow.previous"
 
 
 def passable_claims() -> list[str]:
@@ -120,7 +130,9 @@ def reproduce(
 
     Args:
       out: output directory (created). Runs are kept in ``out/runs/<mode>/``, so a
-        rerun into the same directory resumes the sweeps instead of recomputing them.
+        rerun into the same directory resumes the sweeps instead of recomputing them;
+        its report, tables and figures replace the previous run's as a whole (those of
+        experiments not run this time go; a rerun that fails leaves the previous ones).
       mode: ``"quick"`` (the configs as written) or ``"full"`` (``sims/reproduce/full.toml``).
       only: experiment names (see :data:`EXPERIMENTS`); default all but ``pretrained``,
         which runs when ``checkpoint`` is given.
@@ -137,8 +149,47 @@ def reproduce(
 
     enable_compilation_cache()
     out = Path(out)
-    with claimed(out, "reproduce", keep=lambda: any((out / "runs").rglob("chunk-*.parquet"))):
+    with (
+        claimed(out, "reproduce", keep=lambda: any((out / "runs").rglob("chunk-*.parquet"))),
+        _replacing(out),
+    ):
         return _reproduce(out, mode, names, only, checkpoint, quiet, command)
+
+
+def _remove(out: Path, names: Sequence[str]) -> None:
+    for name in names:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _replacing(out: Path) -> Iterator[None]:
+    """Set the previous run's :data:`OUTPUTS` aside while the block writes its own;
+    remove them when it succeeds, put them back in place of the partial new ones when
+    it fails: ``out`` holds one run's tables, figures and report, never a mix of
+    experiments of two runs."""
+    previous = out / PREVIOUS
+    if previous.exists():  # a run that was killed: its partial outputs go
+        _remove(out, OUTPUTS)
+    else:
+        previous.mkdir()
+        for name in OUTPUTS:
+            if os.path.lexists(out / name):
+                os.replace(out / name, previous / name)
+    try:
+        yield
+    except BaseException:
+        if any(previous.iterdir()):
+            _remove(out, OUTPUTS)
+        for name in OUTPUTS:
+            if os.path.lexists(previous / name):
+                os.replace(previous / name, out / name)
+        shutil.rmtree(previous, ignore_errors=True)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:

@@ -597,7 +597,7 @@ def _damaged(tmp: Path, how: str) -> None:
 
 SIMS_ATTENTION = str(ROOT / "sims" / "attention" / "balance_sgd.toml")
 SIMS_COMPARE = str(ROOT / "sims" / "compare_gd.toml")
-NOT_OURS = "(not a rankflow results directory); choose a new or empty directory"
+NOT_OURS = "(not made by rankflow); choose a new or empty directory"
 # (case, setup, argv, fragment, exit status); every writing subcommand refuses a user's folder
 DIR_CASES = [
     ("run --out a model folder", _model, _run()[:3] + ["model"], NOT_OURS, 2),
