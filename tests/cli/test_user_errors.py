@@ -338,6 +338,15 @@ CASES = [
 ]
 
 
+def _snapshot(folder: Path) -> dict[Path, bytes]:
+    """Every file under ``folder`` and its bytes (caches Python writes left out)."""
+    return {
+        p: p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and "hf_cache" not in p.parts
+    }
+
+
 @pytest.fixture
 def inputs(tmp_path, monkeypatch):
     _files(tmp_path)
@@ -355,7 +364,9 @@ def inputs(tmp_path, monkeypatch):
 )
 def test_each_mistake_is_one_line(inputs, capsys, argv, fragment, status):
     before = dict(TRACE_COUNTS)
+    files = _snapshot(inputs)
     assert cli.main(argv) == status
+    assert _snapshot(inputs) == files  # the user's files byte-for-byte, nothing new
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
     assert fragment in err, err
@@ -828,7 +839,9 @@ def test_each_noise_model_mistake_is_one_line(inputs, capsys, argv, fragment, st
     """Issue #15's bad inputs: each names the field and the allowed values (a solver that
     misses the Itô solution names the Itô ones), in one line, before anything compiles."""
     before = dict(TRACE_COUNTS)
+    files = _snapshot(inputs)
     assert cli.main(argv) == status
+    assert _snapshot(inputs) == files
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
     assert fragment in err, err
