@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .fields import Schema, copy_config, set_dotted
+from .fields import ConfigError, Schema, copy_config, set_dotted
 
-__all__ = ["EXACT_CHECK", "Points", "validated"]
+__all__ = ["EXACT_CHECK", "MAX_STRUCTURES", "Points", "max_structures", "validated"]
 
 # Sweeps of at most this many points are checked point by point; larger ones through
 # their representatives (see Points.representatives).
 EXACT_CHECK = 4096
+# Default of RANKFLOW_MAX_STRUCTURES: the most structures (combinations of the swept
+# values of non-numeric keys) a sweep may have. Each is a program compiled (seconds to
+# minutes) and kept in the program cache, and each is validated before anything runs.
+MAX_STRUCTURES = 1024
+
+
+def max_structures() -> int:
+    """The most structures a sweep may have: ``RANKFLOW_MAX_STRUCTURES`` (default 1024)."""
+    raw = os.environ.get("RANKFLOW_MAX_STRUCTURES", "")
+    try:
+        return int(raw) if raw.strip() else MAX_STRUCTURES
+    except ValueError:
+        raise ConfigError(f"RANKFLOW_MAX_STRUCTURES: expected an integer, got {raw!r}") from None
 
 
 class Points(Sequence):
@@ -51,6 +65,20 @@ class Points(Sequence):
         self.schema = schema
         self.finish = finish
         self.cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._check_structures()
+
+    def _check_structures(self) -> None:
+        """Refuse more structures than :func:`max_structures` (counted from the list
+        sizes, before any point is made)."""
+        struct = self.structural_axes()
+        count, limit = math.prod(self.shape[a] for a in struct), max_structures()
+        if count > limit:
+            sizes = " × ".join(f"{len(self.values[a]):,} {self.axes[a]}" for a in struct)
+            raise ConfigError(
+                f"sweep: {count:,} structures ({sizes} values of non-numeric keys; each "
+                f"compiles a program of its own) exceed the limit of {limit:,}; sweep "
+                f"fewer of them, or raise the limit with RANKFLOW_MAX_STRUCTURES={count}"
+            )
 
     def __len__(self) -> int:
         return math.prod(self.shape)

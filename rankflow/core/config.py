@@ -62,6 +62,7 @@ from .vocabulary import (
     adaptive_by_default_methods,
     adaptive_methods,
     ito_methods,
+    last_save_time,
     multiplicative_noise,
     noise_model,
     ode_methods,
@@ -216,7 +217,7 @@ def validate(cfg: Mapping[str, Any]) -> None:
     _validate_dynamics(cfg["dynamics"], cfg["problem"])
     _validate_solver(cfg["dynamics"], cfg["solver"])
     _validate_save(cfg)
-    t1 = save_times(cfg)[-1]
+    t1 = last_save_time(cfg)
     d = cfg["dynamics"]
     err = schedule_error("dynamics", d["schedule"], d["warmup"], d["final_fraction"], t1, "save.t1")
     if err:
@@ -374,14 +375,18 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
         if float(ts[-1]) <= 0:
             raise ConfigError("save.ts: the last save time must be > 0")
     if cfg["dynamics"]["kind"] not in CONTINUOUS_DYNAMICS:
-        last = save_times(cfg)[-1]
+        last = last_save_time(cfg)
         if last > MAX_STEPS:
             key = "save.t1" if ts is None else "save.ts"
             raise ConfigError(
                 f"{key}: discrete dynamics take at most {MAX_STEPS} steps (a 32-bit step "
                 f"count), got {last:g}"
             )
-        for t in save_times(cfg):
+        # Evenly spaced saves fall on whole steps iff their spacing does: checked in
+        # O(1), so that save.num = 1e9 is refused here rather than listed first.
+        sv = cfg["save"]
+        times = save_times(cfg) if ts is not None else [sv["t1"] / (sv["num"] - 1), last]
+        for t in times:
             if abs(t - round(t)) > 1e-9:
                 raise ConfigError(
                     f"save.num: discrete dynamics save at whole steps; t = {t:g} is not one "

@@ -20,7 +20,6 @@ from .. import engine
 from ..engine import Chunk, Summary, enable_compilation_cache, store
 from . import config as config_lib
 from . import vocabulary
-from .factors import inner_widths
 from .observables import OBSERVABLES, num_singular_values
 from .problems import check_custom_loss
 from .program import run_runs
@@ -40,21 +39,57 @@ CHUNK_BYTES = 256 * 2**20
 MAX_CHUNK = 1024
 
 
-def _per_run_bytes(point: Mapping[str, Any]) -> int:
-    """A generous estimate of one run's memory in the batched program."""
-    p, widths = point["problem"], inner_widths(point["model"])
-    kind = p["kind"]
+def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
+    """One run's memory in the batched program, by the config keys that set each part
+    (bytes; O(1) in every size, depth L included). The parts: the problem's data and
+    target; the L factors with the solver's stages of them and the product's work
+    arrays; the saved observables; the run's rows of the results table."""
+    p, model = point["problem"], point["model"]
+    kind, depth, r = p["kind"], model.get("depth", 2), model["r"]
+    item = 8 if point["x64"] else 4
     m, n = (len(p["singular_values"]),) * 2 if kind == "diagonal" else (p["m"], p["n"])
-    dims = (n, *widths, m)
+    mn = ("problem.singular_values",) if kind == "diagonal" else ("problem.m", "problem.n")
     N = p["samples"]
-    data = {"sensing": N * m * n, "completion": 3 * N, "regression": (m + n) * N}.get(kind, m * n)
-    saves = len(vocabulary.save_times(point))
-    columns = len(OBSERVABLES) + len(widths) - 1  # depth L: L − 1 balance gaps, at most
-    saved = saves * (columns + num_singular_values(m, n, min(widths)) + 2)
-    state = sum(a * b for a, b in zip(dims, dims[1:]))  # (m + n)·r at depth 2
-    # Solvers keep several stages of the state (Tsit5: 7, plus momentum), and the
-    # observables' SVD a few m×n work arrays.
-    return 8 * (data + saved + 24 * state + 4 * m * n)
+    # Data drawn as normal variates: while it is made, XLA:CPU holds the PRNG's bits,
+    # their float32 values and the cast (measured: 24 bytes per entry in float32, 30 in
+    # float64; tests/engine/test_resource_guards.py).
+    drawn = {"sensing": N * m * n, "regression": (m + n) * N}.get(kind, 0)
+    data = drawn * (16 + 2 * item) + (3 * N * item if kind == "completion" else 0)
+    if isinstance(r, list | tuple):  # depth L: the L − 1 widths listed
+        dims = (n, *r, m)
+        state, wide = sum(a * b for a, b in zip(dims, dims[1:])), max(r)
+    else:
+        state, wide = n * r + (depth - 2) * r * r + r * m, r
+    saves = vocabulary.save_count(point)
+    columns = len(OBSERVABLES) + depth - 2 + num_singular_values(m, n, wide)
+    table_columns = columns + len(config_lib.NUMERIC_KEYS) + 12  # ids, t, structure
+    save_key = ("save.ts",) if point["save"]["ts"] is not None else ("save.num",)
+    return {
+        ("problem.samples", *mn): data,
+        # Solvers keep several stages of the state (Tsit5: 7, plus momentum and the
+        # error estimate); depth L's chain rule holds L partial products beside it.
+        ("model.r", "model.depth", *mn): item * (24 * state + 2 * depth * wide * (m + n)),
+        # The target, W and the observables' SVD work arrays.
+        mn: item * 4 * m * n,
+        # Saved observables in the program, then the float64 rows (DataFrame, parquet).
+        save_key: saves * (item * columns + 8 * 3 * table_columns),
+    }
+
+
+def _per_run_bytes(point: Mapping[str, Any]) -> int:
+    """An estimate of one run's memory in the batched program (:func:`memory_parts`)."""
+    return sum(memory_parts(point).values())
+
+
+def result_bytes(point: Mapping[str, Any]) -> int:
+    """The bytes one run adds to the sweep's results table once it is read back (its
+    rows, float64 or pointers per column, and a copy while sorting)."""
+    p, model = point["problem"], point["model"]
+    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
+    r = model["r"]
+    k = num_singular_values(m, n, max(r) if isinstance(r, list | tuple) else r)
+    columns = len(OBSERVABLES) + model.get("depth", 2) - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
+    return 2 * 8 * columns * vocabulary.save_count(point)
 
 
 def default_chunk_size(point: Mapping[str, Any]) -> int:
@@ -82,8 +117,22 @@ class CoreFamily:
         return default_chunk_size(point)
 
     def run_bytes(self, point: Mapping[str, Any]) -> int:
-        """Estimated bytes of one run in the batched program."""
+        """Estimated bytes of one run in the batched program (O(1) in every size)."""
         return _per_run_bytes(point)
+
+    def memory_parts(self, point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
+        return memory_parts(point)
+
+    def result_bytes(self, point: Mapping[str, Any]) -> int:
+        return result_bytes(point)
+
+    def saves(self, point: Mapping[str, Any]) -> tuple[int, str, str]:
+        """Saves per run, the key that sets them and how they come about."""
+        sv = point["save"]
+        if sv["ts"] is not None:
+            return len(sv["ts"]), "save.ts", "the times listed"
+        gap = sv["t1"] / (sv["num"] - 1)
+        return sv["num"], "save.num", f"one every {gap:,.4g} steps up to save.t1 = {sv['t1']:g}"
 
     def check(self, point: Mapping[str, Any]) -> None:
         """Before compiling: a custom loss is evaluated once on a sample W."""
@@ -92,7 +141,7 @@ class CoreFamily:
             check_custom_loss(p["loss"], p["m"], p["n"], point["x64"])
 
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
-        return {store.RESULTS: runs * len(vocabulary.save_times(point))}
+        return {store.RESULTS: runs * vocabulary.save_count(point)}
 
     def run_chunk(
         self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]

@@ -178,6 +178,21 @@ def save_times(cfg: Mapping[str, Any]) -> list[float]:
     return [t1 * i / (num - 1) for i in range(num)]
 
 
+def save_count(cfg: Mapping[str, Any]) -> int:
+    """How many save times :func:`save_times` gives, without making them (O(1))."""
+    sv = cfg["save"]
+    return len(sv["ts"]) if sv["ts"] is not None else sv["num"]
+
+
+def last_save_time(cfg: Mapping[str, Any]) -> float:
+    """The last of :func:`save_times`, without making them (O(1))."""
+    sv = cfg["save"]
+    if sv["ts"] is not None:
+        return float(sv["ts"][-1])
+    t1, num = sv["t1"], sv["num"]
+    return t1 * (num - 1) / (num - 1)
+
+
 def schedule_error(
     section: str, schedule: str, warmup, final_fraction, t1: float, run: str
 ) -> str | None:

@@ -9,16 +9,25 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..config.fields import ConfigError, check_size, get_dotted
+from ..config.fields import ConfigError, check_size
 from ..config.points import Points
 from .family import Chunk, Family
+from .resources import (
+    budget,
+    check_fits,
+    check_saves,
+    dominant_keys,
+    free_memory,
+    gib,
+    host_memory,
+    sizes_text,
+)
 
 __all__ = [
     "Chunk",
@@ -80,29 +89,26 @@ def checked_plan(
     family: Family, cfg: Mapping[str, Any], chunk: int | None, executor: str = "local"
 ):
     """``(chunk, points, chunks)``: the plan of :func:`plan`, checked before anything
-    compiles. Run locally, a structure one run of which needs more memory than the
-    device has free is refused (naming the estimate and the keys that set it), and
-    chunks that do not fit are shrunk (``chunk``: the size used). Then the family's
-    ``check(point)``, where it has one, sees the first point of each structure (a
-    custom loss is evaluated once)."""
+    compiles, for the first point of each structure, each check O(1) in the sizes:
+
+    - a run saving more than :func:`~.resources.max_saves` times is refused (the
+      family's ``saves(point)``);
+    - run locally, a structure one run of which needs more memory than the device has
+      free is refused, naming the estimate and the keys that set it (``run_bytes``,
+      ``memory_parts``, ``shared_bytes``: what a chunk's runs share), and chunks that do
+      not fit are shrunk (``chunk``: the size used);
+    - a sweep whose results tables (``result_bytes`` per run) would not fit in memory
+      when read back is refused;
+    - then the family's ``check(point)``, where it has one (a custom loss is evaluated
+      once)."""
     points, chunks = plan(family, cfg, chunk)
-    firsts = {c.group: c for c in chunks}
-    run_bytes = getattr(family, "run_bytes", None)
-    if executor == "local" and run_bytes is not None:
+    firsts = {c.group: points[c.runs[0][0]] for c in chunks}
+    saves = getattr(family, "saves", None)
+    for point in firsts.values() if saves is not None else ():
+        check_saves(*saves(point))
+    if executor == "local" and getattr(family, "run_bytes", None) is not None:
         free, where = device_memory()
-        budget = int(0.9 * free)
-        fit = chunk
-        for c in firsts.values():
-            point = points[c.runs[0][0]]
-            one = run_bytes(point)
-            if one > budget:
-                raise ConfigError(
-                    f"{', '.join(family.size_keys)}: one run needs about {_gib(one)} "
-                    f"({_sizes(family, point)}), more than the {_gib(free)} free on the "
-                    f"{where}; make them smaller"
-                )
-            if c.pad_to * one > budget:
-                fit = min(fit or c.pad_to, max(1, budget // one))
+        fit = _fit(family, firsts, chunks, chunk, free, where)
         if fit != chunk:
             print(
                 f"rankflow: chunks of {chunks[0].pad_to} runs need more than the {_gib(free)} "
@@ -111,36 +117,53 @@ def checked_plan(
             )
             chunk = fit
             points, chunks = plan(family, cfg, chunk)
+    result_bytes = getattr(family, "result_bytes", None)
+    if result_bytes is not None:  # read back into this process's memory at the end
+        rows: dict[int, int] = {}
+        for c in chunks:
+            rows[c.group] = rows.get(c.group, 0) + c.rows
+        total = sum(n * result_bytes(firsts[g]) for g, n in rows.items())
+        runs = sum(rows.values())
+        fix = "sweep fewer points or save less often"
+        check_fits(total, ["sweep"], f"{runs:,} runs", "its results table", host_memory(), fix)
     check = getattr(family, "check", None)
     if check is not None:
-        for c in firsts.values():
-            check(points[c.runs[0][0]])
+        for point in firsts.values():
+            check(point)
     return chunk, points, chunks
 
 
+def _fit(family, firsts, chunks, chunk, free: int, where: str) -> int | None:
+    """The chunk size that fits ``free`` bytes (``chunk`` when every chunk does);
+    refuses a structure one run of which does not."""
+    room = budget(free)
+    shared_bytes = getattr(family, "shared_bytes", None)
+    fit = chunk
+    pad = {c.group: c.pad_to for c in chunks}
+    for group, point in firsts.items():
+        one = family.run_bytes(point)
+        shared = shared_bytes(point) if shared_bytes is not None else 0
+        if shared + one > room:
+            parts = getattr(family, "memory_parts", None)
+            keys = dominant_keys(parts(point)) if parts is not None else family.size_keys
+            check_fits(shared + one, keys, sizes_text(point, keys), free=(free, where))
+        if shared + pad[group] * one > room:
+            fit = min(fit or pad[group], max(1, (room - shared) // one))
+    return fit
+
+
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB"
+    return gib(n)
 
 
 def _sizes(family: Family, point: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} = {get_dotted(point, k)}" for k in family.size_keys)
+    return sizes_text(point, family.size_keys)
 
 
 def device_memory() -> tuple[int, str]:
-    """Bytes free on the first device, and what it is: its allocator's limit less what
-    is in use where JAX reports it (GPU, TPU), else the host's available memory."""
-    import jax
-
-    device = jax.devices()[0]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0)), f"{device.platform} device"
-    try:
-        with open("/proc/meminfo") as f:
-            info = dict(line.split(":", 1) for line in f)
-        return int(info["MemAvailable"].split()[0]) * 1024, "host"
-    except (OSError, KeyError, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host"
+    """Bytes free on the first device, and what it is
+    (:func:`rankflow.engine.resources.free_memory`)."""
+    return free_memory()
 
 
 def resource_error(
