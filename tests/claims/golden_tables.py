@@ -130,7 +130,10 @@ def produce(name: str, tmp: Path, x64: bool = True) -> dict[str, pd.DataFrame]:
     from rankflow import attention
 
     cfg = attention.resolve(SIMS / f"{name}.toml", overrides=over)
-    res = attention.run(cfg)
+    # a config that exports checkpoints writes them into its results directory
+    folder = tmp / f"{name.replace('/', '__')}-{'f64' if x64 else 'f32'}"
+    out = folder if cfg["train"]["export_every"] else None
+    res = attention.run(cfg, out=out)
     return {"heads": res.heads, "loss": res.loss}
 
 
