@@ -54,6 +54,29 @@ def check_chunk(chunk: int | None) -> None:
         raise ConfigError(f"--chunk: must be ≥ 1, got {chunk}")
 
 
+def check_figure_out(out: str, flag: str = "--out") -> None:
+    """A figure's path: a suffix matplotlib writes (png, pdf, svg, …), in a folder that
+    exists (not made here: a mistyped folder would be made silently), not a folder
+    itself; checked before anything is read or drawn."""
+    from pathlib import Path
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"{flag}: {out} is a directory; give a file such as {path / 'fig.png'}")
+    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+    if path.suffix.lower().removeprefix(".") not in kinds:
+        raise ConfigError(
+            f"{flag}: {out} must end in a figure suffix matplotlib writes: "
+            f"{', '.join('.' + k for k in kinds)}"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ConfigError(f"{flag}: the folder {parent} {what}; rankflow plot does not create it")
+
+
 @contextlib.contextmanager
 def warnings_as_lines():
     """Print each warning raised in the block as one line (``rankflow: warning: …``),

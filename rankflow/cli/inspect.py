@@ -116,6 +116,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .. import plots
     from ..inspect import inspect_checkpoint, is_series
 
+    if not args.rank_tol > 0:  # also NaN; before anything is read or written
+        raise ConfigError(
+            f"--rank-tol: must be > 0 (a fraction of s_1, e.g. 1e-3), got {args.rank_tol}"
+        )
     if is_series(args.path, args.steps, args.revision):
         return _series(args)
     path = args.path[0] + (f"@{args.revision[0]}" if args.revision else "")

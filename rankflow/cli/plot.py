@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config.fields import ConfigError
-from .common import add_command, warnings_as_lines
+from .common import add_command, check_figure_out, warnings_as_lines
 
 
 def add_parser(sub) -> None:
@@ -25,7 +25,9 @@ def add_parser(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """``plots.quick_plot`` of the results table, after checking its columns."""
+    """``plots.quick_plot`` of the results table, after checking ``--out`` and the
+    columns."""
+    check_figure_out(args.out)
     from .. import plots
     from ..engine.store import load
 

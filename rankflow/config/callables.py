@@ -34,9 +34,31 @@ def load_callable(spec: str | Callable) -> Callable:
         obj = getattr(mod, name)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"problem.loss: cannot load {spec!r}: {e}") from None
+    except SyntaxError as e:  # the module's own code, not rankflow's: say where
+        raise ConfigError(
+            f"problem.loss: cannot load {spec!r}: {e.filename}, line {e.lineno}: "
+            f"SyntaxError: {e.msg}"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - whatever the module raises when imported
+        raise ConfigError(
+            f"problem.loss: cannot load {spec!r}: importing {_raised_at(e, module)} raised "
+            f"{type(e).__name__}: {e}"
+        ) from None
     if not callable(obj):
         raise ConfigError(f"problem.loss: {spec!r} is not callable")
     return obj
+
+
+def _raised_at(error: BaseException, module: str) -> str:
+    """``FILE, line N`` of the innermost frame of ``error``'s traceback in the module's
+    own file (else the innermost frame's), or the module's name."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename[:1] != "<"]
+    path = module.replace(".", os.sep)
+    own = [f for f in frames if f.filename.endswith((f"{path}.py", f"{path}{os.sep}__init__.py"))]
+    frame = (own or frames or [None])[-1]
+    return f"{frame.filename}, line {frame.lineno}" if frame else repr(module)
 
 
 # How :func:`callable_identity` marks a callable whose code it cannot hash: a sweep of

@@ -323,6 +323,9 @@ def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """A config as a nested dict, from a TOML path or a mapping (copied)."""
     if isinstance(source, Mapping):
         return copy.deepcopy(dict(source))
+    if not isinstance(source, str | os.PathLike):
+        got = f"{type(source).__name__} {source!r:.40}"
+        raise ConfigError(f"config: expected a TOML file's path or a dict of sections, got {got}")
     path = Path(source)
     if not path.is_file():
         raise ConfigError(f"config: no such file {str(path)!r}")
@@ -445,6 +448,16 @@ def check_sweep(sweep: dict[str, Any], schema: Schema) -> None:
     """Validate a ``[sweep]`` table in place: known, sweepable keys, each with a
     non-empty list of valid values."""
     for key, values in sweep.items():
+        if isinstance(values, Mapping):  # [sweep.dynamics], or dynamics.lam unquoted
+            inner, v = key, values
+            while isinstance(v, Mapping) and v:
+                name, v = next(iter(v.items()))
+                inner += f".{name}"
+            raise ConfigError(
+                f'sweep.{key}: a sweep key is one dotted key in quotes: "{inner}" = '
+                f"{v if isinstance(v, list) else [0.1, 0.2]} in [sweep] (TOML reads an "
+                f"unquoted dotted key, or a [sweep.{key}] table, as a nested table)"
+            )
         field(key, schema)
         if key in ("x64", "name"):
             raise ConfigError(
