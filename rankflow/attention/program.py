@@ -31,7 +31,7 @@ import numpy as np
 
 from ..engine import programs
 from ..engine.programs import TRACE_COUNTS
-from ..engine.status import STATUS, with_status
+from ..engine.status import STATUS, diverge_nonfinite, with_status
 from ..numerics.batching import per_device, shard
 from ..numerics.schedules import schedule_of
 from . import config as config_lib
@@ -116,7 +116,10 @@ class Program:
                 lambda k: jnp.int32 if k == "seed" else self.dtype,
             )
             out = self._jitted(batch, self.data())
-            out.update(self._heads(out.pop("factors"), out["status"]))
+            exported = out.pop("params", None)
+            out = self._heads(out)
+            if exported is not None:
+                out["params"] = exported
             return jax.tree.map(lambda x: np.asarray(x)[:n], out)
 
     # -- the traced program --------------------------------------------------------------
@@ -222,24 +225,30 @@ class Program:
             out["params"] = exported
         return out
 
-    def _head_observables(self, factors, status):
-        """Observables of every head at every save; NaN where the run is not ok (its
-        factors are zeroed first, so that LAPACK never sees a NaN)."""
+    def _head_observables(self, out):
+        """The training outputs ``out`` (its ``factors`` replaced) with the observables
+        of every head at every save (the factors of saves that are not ok are zeroed
+        first, so that LAPACK never sees a NaN). A save whose head observables are not
+        all finite is diverged from there on, as one whose loss is not (:meth:`_finish`):
+        every output is NaN where the status is not ok."""
+        out = dict(out)
+        factors, status = out.pop("factors"), out["status"]
         ok = status == 0
         expand = lambda x: jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
         factors = jax.tree.map(lambda x: jnp.where(expand(x), x, 0.0), factors)
-        out = head_observables(factors, self.point["save"]["rank_tol"])
+        out |= head_observables(factors, self.point["save"]["rank_tol"])
         if self.point["save"]["cross_gaps"]:
             out["cross_gap_rel"] = cross_gap_rel(factors)
-        return jax.tree.map(lambda x: jnp.where(expand(x), x, jnp.nan), out)
+        return diverge_nonfinite(out, status)
 
     def _finish(self, obs, reached, max_steps_hit):
-        """Status per save: diverged from the first save with a non-finite loss or a
-        parameter entry beyond ``solver.diverge_norm`` (or that the solver never
-        reached); every output is NaN where the status is not ok."""
+        """Status per save: diverged from the first save with a non-finite loss or other
+        output (:func:`~rankflow.engine.status.with_status`) or a parameter entry beyond
+        ``solver.diverge_norm`` (or that the solver never reached); every output is NaN
+        where the status is not ok. The per-head observables, computed after training,
+        are checked there (:meth:`_head_observables`)."""
         max_abs = obs.pop("_max_abs")
-        finite = jnp.isfinite(obs["train_loss"]) & jnp.isfinite(obs["val_loss"])
-        ok = (max_abs <= self.point["solver"]["diverge_norm"]) & finite & reached
+        ok = (max_abs <= self.point["solver"]["diverge_norm"]) & reached
         return with_status(obs, ok, reached, max_steps_hit)
 
 

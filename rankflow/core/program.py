@@ -225,8 +225,10 @@ class Program:
 
     def _finish(self, obs, reached, max_steps_hit):
         """Status per save: diverged from the first save whose state is non-finite or
-        beyond ``solver.diverge_norm``, or that the solver never reached; observables
-        are NaN wherever the status is not ok."""
+        beyond ``solver.diverge_norm``, whose loss or any observable is not finite
+        (depth L's product of large factors can overflow while every factor is within
+        the norm: :func:`~rankflow.engine.status.with_status`), or that the solver never
+        reached; observables are NaN wherever the status is not ok."""
         max_abs = obs.pop("_max_abs")
         ok = (max_abs <= self.point["solver"]["diverge_norm"]) & reached
         return with_status(obs, ok, reached, max_steps_hit)
