@@ -22,6 +22,7 @@ for one group. Groups outside ``train.decay`` are never decayed (their ``lam_<gr
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,15 @@ def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
     return "task.points", task["points"]
 
 
+def _divisors(n: int) -> str:
+    """``"one of 1, 2, …, n"``: the divisors of ``n``, found in O(√n) (a user's n may be
+    huge); beyond 10¹² only ``"a divisor of it"``."""
+    if n > 10**12:
+        return "a divisor of it"
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return "one of " + ", ".join(map(str, sorted({*small, *(n // d for d in small)})))
+
+
 def check_images(a: Mapping[str, Any], t: Mapping[str, Any]) -> None:
     """The image task's rules and the attention mask's (raises ConfigError)."""
     if t["kind"] != "images":
@@ -309,10 +319,8 @@ def check_images(a: Mapping[str, Any], t: Mapping[str, Any]) -> None:
         )
     size, p = t["image"], t["patch"]
     if size % p:
-        divisors = ", ".join(str(d) for d in range(1, size + 1) if size % d == 0)
-        raise ConfigError(
-            f"task.patch: must divide task.image = {size}, one of {divisors}; got {p}"
-        )
+        divisors = _divisors(size)
+        raise ConfigError(f"task.patch: must divide task.image = {size}, {divisors}; got {p}")
     tokens = (size // p) ** 2 + (a["pooling"] == "cls")
     if tokens > a["context"]:
         raise ConfigError(
@@ -338,10 +346,9 @@ def validate(cfg: Mapping[str, Any]) -> None:
     a, t, tr = cfg["attention"], cfg["task"], cfg["train"]
     dyn, steps = cfg["dynamics"], cfg["save"]["t1"]
     if a["D"] % a["H"]:
-        divisors = ", ".join(str(h) for h in range(1, a["D"] + 1) if a["D"] % h == 0)
         raise ConfigError(
-            f"attention.H: must divide attention.D = {a['D']} (d_h = D/H), one of "
-            f"{divisors}; got {a['H']}"
+            f"attention.H: must divide attention.D = {a['D']} (d_h = D/H), "
+            f"{_divisors(a['D'])}; got {a['H']}"
         )
     check_images(a, t)
     field, length = sequence_length(t)

@@ -41,6 +41,7 @@ import pandas as pd
 from .. import engine
 from ..config.fields import ConfigError
 from ..engine import store
+from ..engine.plan import checked_plan
 from ..numerics.schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .export import EXPORT, check_export_memory, export_runs
@@ -156,6 +157,107 @@ def run_chunk(
     return Results(pd.DataFrame(heads), pd.DataFrame(loss))
 
 
+# Copies of the parameters a run holds: the parameters, gradients, updates and the
+# optimizer's state (AdamW: two moments; momentum: one), or gradient flow's Tsit5
+# stages (7), its two states and error estimate.
+PARAM_COPIES = {"sgd": 3, "momentum": 4, "adamw": 5, "gradient_flow": 12}
+# Bytes per pixel while images.render draws a set: its float64 work arrays (the
+# shape's coordinates, distance, ink, noise; measured: 48 bytes per pixel at 20,000 and
+# 40,000 images of 32²) and the float32 images kept.
+RENDER_BYTES = 6 * 8 + 4
+
+
+def parameter_count(point: Mapping[str, Any], task) -> int:
+    """The model's parameters, from the sizes alone (O(1); :func:`.export.parameter_count`
+    counts them from the model's shapes, O(layers))."""
+    a = point["attention"]
+    D, R, L = a["D"], a["mlp_ratio"], a["layers"]
+    block = 4 * D * D + 2 * R * D * D + R * D + D + 4 * D
+    block += 2 * D * a["qk_bias"] + 2 * D * a["vo_bias"]
+    if task.image:
+        embed = (task.patch**2 + 2) * D
+    else:
+        embed = (task.vocab or task.d_in) * D
+    unembed = 0 if a["tied_embedding"] and not task.image else D * task.d_out
+    return L * block + a["context"] * D + embed + unembed + 2 * D
+
+
+def _eval_sizes(point: Mapping[str, Any], task) -> tuple[int, int]:
+    """Sequences of the validation and the train-eval sets (char_lm: at most the
+    windows its splits hold; images: the train-eval set is the first val_size
+    training images)."""
+    n = task.val_size
+    if task.kind == "char_lm":
+        from .tasks import corpus_split_sizes
+
+        span = task.seq_len + 1
+        n_train, n_val = corpus_split_sizes(task.max_chars, task.val_fraction)
+        return min(n, max(1, n_val // span)), min(n, max(1, n_train // span))
+    if task.image:
+        return n, min(n, task.train_size)
+    return n, n
+
+
+def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
+    """One run's memory by the config keys that set each part (bytes, O(1)): its
+    parameters and their optimizer copies, one training batch's activations through the
+    layers, the evaluation sets' forward passes, the per-head factors and observables
+    of every save, its exports, and its rows of the heads table; then, under
+    ``"shared"`` keys, what a chunk's runs share (:func:`shared_parts`)."""
+    from .tasks import make_task
+
+    a, tr = point["attention"], point["train"]
+    task = make_task(point)
+    item = 8 if point["x64"] else 4
+    D, H, L, R = a["D"], a["H"], a["layers"], a["mlp_ratio"]
+    T = task.seq_len + (task.image > 0 and a["pooling"] == "cls")
+    seq = config_lib.sequence_length(point["task"])[0]  # the key that sets T
+    P = parameter_count(point, task)
+    kind = point["dynamics"]["kind"]
+    saves = point["save"]["t1"] // tr["eval_every"] + 1
+    exports = point["save"]["t1"] // tr["export_every"] + 1 if tr["export_every"] else 0
+    held = saves if exports and kind == "gradient_flow" else exports
+
+    def forward(n: int) -> int:  # one layer's activations of n sequences
+        return n * (T * D * (11 + 2 * R) + 2 * H * T * T)
+
+    B = point["dynamics"]["batch"]
+    n_val, n_train = _eval_sizes(point, task)
+    model = ("attention.D", "attention.layers")
+    every = ("save.t1", "train.eval_every")
+    per_head = L * H * 2 * (len(HEAD_COLUMNS) + D // H + H)
+    return {
+        model: item * P * PARAM_COPIES[kind],
+        ("dynamics.batch", seq, *model): item * ((L + 1) * forward(B) + 3 * B * T * task.d_out),
+        ("task.val_size", seq, *model): item
+        * (2 * forward(max(n_val, n_train)) + 2 * n_val * T * task.d_out),
+        (*every, *model): item * saves * (4 * L * D * D + per_head),
+        ("train.export_every", *model): item * P * held,
+        (*every, "attention.layers", "attention.H"): 3 * 8 * saves * (per_head + 40 * L * H * 2),
+    } | shared_parts(point, task, n_val, n_train)
+
+
+def shared_parts(point: Mapping[str, Any], task, n_val: int, n_train: int):
+    """What the runs of a chunk share, by its keys (the first is ``"shared"``): the
+    evaluation sets, and the image task's training set, drawn on the host
+    (:data:`RENDER_BYTES` per pixel) and copied to the device."""
+    item = 8 if point["x64"] else 4
+    seq = config_lib.sequence_length(point["task"])[0]
+    if task.image:
+        pixels = task.image**2
+        drawn = max(task.train_size, n_val) * pixels * RENDER_BYTES
+        kept = (task.train_size + n_val + n_train) * pixels * item
+        return {("shared", "task.train_size", "task.image"): drawn + kept}
+    width = task.d_in * item if task.d_in else 4
+    return {("shared", "task.val_size", seq): (n_val + n_train) * task.seq_len * (width + 4 + item)}
+
+
+def _split(parts: Mapping[tuple[str, ...], int]) -> tuple[int, int]:
+    """(one run's bytes, the bytes a chunk's runs share) of :func:`memory_parts`."""
+    shared = sum(n for keys, n in parts.items() if keys[0] == "shared")
+    return sum(parts.values()) - shared, shared
+
+
 @dataclass(frozen=True)
 class AttentionFamily:
     """Transformers whose heads are factor pairs: config :mod:`.config`, program
@@ -172,11 +274,37 @@ class AttentionFamily:
     def paths(self, point: Mapping[str, Any]) -> int:
         return 1
 
+    # The keys that set one run's memory (named when a chunk runs out of it).
+    size_keys = ("attention.D", "attention.layers", "attention.context", "dynamics.batch")
+
     def chunk_size(self, point: Mapping[str, Any]) -> int:
         return MAX_CHUNK
 
+    def saves(self, point: Mapping[str, Any]) -> tuple[int, str, str]:
+        """Saves per run, the key that sets them and how they come about."""
+        t1, every = point["save"]["t1"], point["train"]["eval_every"]
+        return t1 // every + 1, "save.t1", f"every train.eval_every = {every} steps up to {t1}"
+
+    def run_bytes(self, point: Mapping[str, Any]) -> int:
+        """Estimated bytes of one run (O(1) in every size; :func:`memory_parts`)."""
+        return _split(memory_parts(point))[0]
+
+    def shared_bytes(self, point: Mapping[str, Any]) -> int:
+        """Estimated bytes the runs of a chunk share (the data sets)."""
+        return _split(memory_parts(point))[1]
+
+    def memory_parts(self, point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
+        return {k[1:] if k[0] == "shared" else k: n for k, n in memory_parts(point).items()}
+
+    def result_bytes(self, point: Mapping[str, Any]) -> int:
+        """One run's rows of both tables, read back (and copied once while sorted)."""
+        a = point["attention"]
+        saves = self.saves(point)[0]
+        per = a["layers"] * a["H"] * 2 * (len(HEAD_COLUMNS) + a["D"] // a["H"] + a["H"] + 40)
+        return 2 * 8 * saves * (per + 40)
+
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
-        saves = runs * len(config_lib.save_steps(point))
+        saves = runs * self.saves(point)[0]
         a = point["attention"]
         return {LOSS: saves, store.RESULTS: saves * a["layers"] * a["H"] * 2}
 
@@ -208,7 +336,11 @@ def execute(cfg: Mapping[str, Any], out: str | Path | None = None, **options: An
     when a chunk's stacked exports exceed :data:`.export.MAX_EXPORT_BYTES`."""
     options.setdefault("quiet", True)
     family = ATTENTION
-    points, chunks = plan(cfg, options.get("chunk"))
+    # The resource guards first (engine.plan.checked_plan, O(1) per structure): building
+    # a program for the export check below is O(layers), and may allocate.
+    executor = options.get("executor", "local")
+    chunk, points, chunks = checked_plan(ATTENTION, cfg, options.get("chunk"), executor)
+    options["chunk"] = chunk
     seen: set[int] = set()
     for c in chunks:
         point = points[c.runs[0][0]]

@@ -16,8 +16,10 @@ import pandas as pd
 from ..config.fields import ConfigError
 from ..core import config as config_lib
 from ..core import vocabulary
+from ..core.family import memory_parts
 from ..core.program import PARAM_KEYS, Program, params_of, program_for
 from ..engine.programs import enable_compilation_cache
+from ..engine.resources import check_fits, check_saves, dominant_keys, sizes_text
 from ..engine.writer import check_out, claimed
 from .options import Options, split_options
 from .sme import moments_table, side_observables, weak_table
@@ -32,7 +34,7 @@ from .tables import (
     trajectory_table,
 )
 
-__all__ = ["compare", "flow_config", "sme_pair", "write"]
+__all__ = ["check_resources", "compare", "flow_config", "sme_pair", "write"]
 
 Figures = Callable[[Mapping[str, pd.DataFrame], Path], Any]
 
@@ -178,6 +180,58 @@ def _run(program: Program, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         "B": B.astype(np.float64),
         "status": out["status"],
     }
+
+
+# --- resources ---------------------------------------------------------------------------
+
+
+def _side_sizes(cfg: Mapping[str, Any], options: Options) -> tuple[int, int, int, int]:
+    """``(runs, optimizer saves, flow saves, window saves)`` of a point, as
+    :func:`_plan` and :func:`_point` will make them, counted in O(1) (upper bounds: a
+    horizon or a window step may coincide with a save)."""
+    kind, d = cfg["dynamics"]["kind"], cfg["dynamics"]
+    sme = sme_pair(cfg)
+    stochastic = kind in ("sgd_gaussian", "sgd") and not sme
+    paths = d["paths"] if kind in ("sgd_gaussian", "sgd") else 1
+    halvings = options.halvings + 1
+    runs = halvings * paths if sme else paths if stochastic else halvings
+    saves = vocabulary.save_count(cfg) + 1 + (0 if stochastic else halvings)
+    window = options.window + 1 if kind == "gd" else 0
+    return runs, saves + window, saves, window
+
+
+def check_resources(configs: list[tuple[dict[str, Any], dict[str, Any]]], options: Options):
+    """Refuse, before anything is listed or compiled, a comparison whose saves per run
+    exceed :func:`rankflow.engine.resources.max_saves`, or whose memory exceeds what is
+    free: the largest batch (one side's runs of one structure; the core family's
+    :func:`~rankflow.core.family.memory_parts` per run, saves apart), the
+    states of every point's runs kept as run and as float64 until the tables are made,
+    and the contraction window's gradients."""
+    kept: dict[tuple[str, ...], int] = {}
+    batches: dict[str, dict[tuple[str, ...], int]] = {}
+    batch_keys = ("compare.paths", "compare.halvings")
+    for opt, flow in configs:
+        runs, s_opt, s_flow, window = _side_sizes(opt, options)
+        key = "compare.window" if window > vocabulary.save_count(opt) else "save.num"
+        check_saves(s_opt, key, "the saves, the order's horizons and the window together")
+        item = 8 if opt["x64"] else 4
+        m, n = opt["problem"]["m"], opt["problem"]["n"]
+        state = (m + n) * opt["model"]["r"]
+        if flow["dynamics"]["kind"] in vocabulary.MOMENTUM_DYNAMICS:
+            s_flow *= 2  # the momentum is saved beside the factors
+        for i, side in enumerate((opt, flow)):  # the sides' batches run one after the other
+            group = batches.setdefault(f"{i}{config_lib.structure_key(opt)}", {})
+            for k, b in memory_parts(side).items():
+                if not k[0].startswith("save."):
+                    group[k + batch_keys] = group.get(k + batch_keys, 0) + runs * b
+        states = ("save.num", *batch_keys, "model.r")
+        kept[states] = kept.get(states, 0) + runs * (s_opt + s_flow) * state * (2 * item + 8)
+        grads = ("compare.window", "problem.m", "problem.n")
+        kept[grads] = max(kept.get(grads, 0), 4 * item * window * m * n)
+    parts = kept | max(batches.values(), key=lambda group: sum(group.values()))
+    keys = dominant_keys(parts)
+    values = dict(configs[0][0], compare=asdict(options))
+    check_fits(sum(parts.values()), keys, sizes_text(values, keys), "the comparison")
 
 
 # --- the comparison ---------------------------------------------------------------------
@@ -344,10 +398,9 @@ def compare(
     cfg, options, solver_set = _resolve(config, overrides)
     swept = list(cfg["sweep"])
     points = list(config_lib.expand(cfg)) if swept else [cfg]
-    pairs = [
-        _point(*_pair(point, options, solver_set, at_point(point, swept)), options)
-        for point in points
-    ]
+    configs = [_pair(point, options, solver_set, at_point(point, swept)) for point in points]
+    check_resources(configs, options)  # O(1) per point, before any list of saves
+    pairs = [_point(opt, flow, options) for opt, flow in configs]
     enable_compilation_cache()  # as rankflow.run: a rerun in a new process compiles nothing
     per_point = [_tables(p, *sides) for p, sides in zip(pairs, _run_all(pairs), strict=True)]
     tables = join(per_point, [p.cfg for p in pairs], swept) if swept else per_point[0]

@@ -43,8 +43,14 @@ SHARE = 0.9
 
 
 def gib(n: float) -> str:
-    """``n`` bytes in GiB, three significant digits."""
-    return f"{n / 2**30:.3g} GiB"
+    """``n`` bytes in GiB (TiB, PiB from 1024 of the smaller unit), three significant
+    digits."""
+    value, unit = n / 2**30, "GiB"
+    for larger in ("TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
 
 
 def free_memory() -> tuple[int, str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..engine.resources import check_fits, host_memory
 from ..engine.writer import check_out, claimed
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
@@ -447,6 +448,7 @@ def inspect_checkpoint(
     layout = infer_layout(ckpt, arch=arch, heads=heads)
     chosen = parse_layers(layers, layout.n_layers)
     names = check_shapes(ckpt, layout, chosen)  # every shape, before reading anything
+    check_memory(ckpt, layout, names)
     picks = _scatter_units(scatter, chosen, layout)
     if not rank_tol > 0:
         raise InspectError(f"rank_tol must be > 0, got {rank_tol}")
@@ -468,6 +470,29 @@ def inspect_checkpoint(
             _write(out, insp, figures)
         insp = dataclasses.replace(insp, out=out)
     return insp
+
+
+# Bytes per entry of each weight dtype as read.
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+
+
+def check_memory(ckpt: Checkpoint, layout: Layout, names: Mapping[int, Mapping[str, str]]):
+    """Refuse, from the headers alone, a checkpoint whose largest chosen layer does not
+    fit in memory: its attention tensors as read, and a float64's worth of copies (the
+    canonical layout and the per-head factors; measured: 2× a float32 layer's bytes)."""
+
+    def layer_bytes(layer: int) -> int:
+        return sum(
+            int(np.prod(ckpt.shapes[n], dtype=np.float64)) * (DTYPE_BYTES[ckpt.dtypes[n]] + 8)
+            for n in names[layer].values()
+        )
+
+    if names:
+        layer = max(names, key=layer_bytes)
+        sizes = f"layer {layer}: d_model = {layout.d_model}, {layout.n_heads} heads"
+        fix = "inspect it on a machine with more memory"
+        need, where = layer_bytes(layer), [str(ckpt.path)]
+        check_fits(need, where, sizes, "reading one layer", host_memory(), fix)
 
 
 def layer_weights(ckpt, layout, names, chosen, desc: str, show: bool):
