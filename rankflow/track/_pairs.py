@@ -199,7 +199,7 @@ def _leaf(flat: Mapping[str, object], path: str):
 # rankflow's attention model: blocks/{l}/attn/W_Q (H, D, d_h) … W_O (H, d_h, D).
 _RANKFLOW = re.compile(r"^(?P<prefix>(?:.*/)?blocks/(?P<layer>\d+)/attn)/W_Q$")
 # flax MultiHeadAttention (linen and NNX): …/query/kernel (D, H, d_h), …/out/kernel (H, d_h, D).
-_FLAX = re.compile(r"^(?P<prefix>.*?)/?query/kernel$")
+_FLAX = re.compile(r"^(?:(?P<prefix>.*)/)?query/kernel$")
 # PEFT's LoRA names: …lora_A…weight (r, in) and …lora_B…weight (out, r).
 _LORA = re.compile(r"^(?P<prefix>.*)lora_A(?P<suffix>.*)$")
 

@@ -90,6 +90,8 @@ def predicted_rates(opt: Optimizer) -> tuple[float, float, str]:
     if opt.kind == "adamw":
         return float("nan"), float("nan"), "no prediction (AdamW: the update is not a gradient)"
     base = 2 * eta * lam
+    if lam == 0:
+        return 0.0, 0.0, "T4/T5 without decay: D conserved (up to GD's O(η²) term)"
     if opt.kind == "gradient_flow":
         return base, base, "T4: 2ηλ"
     if opt.kind == "momentum":

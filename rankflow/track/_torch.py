@@ -13,6 +13,7 @@ never imported here: it is optional) when that layer is reached, and its rows ar
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -94,7 +95,7 @@ def state_dict_layout(
 
 
 def state_dict_rows(
-    state_dict,
+    state_dict: Any,
     *,
     config: dict | None = None,
     arch: str = "auto",
@@ -114,7 +115,9 @@ def state_dict_rows(
         config: the model's config (``config.json``'s content): architecture and heads.
             Without one the names give the family, and the head count is the family's
             usual head dimension's (as inspect does without ``config.json``).
-        arch, heads, rank_tol: as :func:`rankflow.inspect.inspect_checkpoint`'s.
+        arch: as :func:`rankflow.inspect.inspect_checkpoint`'s.
+        heads: as :func:`rankflow.inspect.inspect_checkpoint`'s.
+        rank_tol: as :func:`rankflow.inspect.inspect_checkpoint`'s.
 
     Raises a one-line :class:`rankflow.ConfigError` (inspect's errors, naming what was
     expected) when no attention tensors are found, the architecture is unknown, or the

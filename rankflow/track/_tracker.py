@@ -24,6 +24,7 @@ between the steps): the rows are inspect's heads table with the tracker's ``t`` 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -134,8 +135,7 @@ class Tracker:
         if self.pairs is None and not self._state_dict:
             self._state_dict = self._reads_state_dict(params)
             if not self._state_dict:
-                pairs, tol = tuple(self.pairs), self.rank_tol
-                self._fn = jax.jit(lambda p: measure(p, pairs, tol))
+                self._fn = _compiled(tuple(self.pairs), self.rank_tol)
         if self._state_dict:
             try:
                 table = state_dict_rows(params, config=self.model_config, rank_tol=self.rank_tol)
@@ -277,3 +277,10 @@ class Tracker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(pairs: tuple[Pair, ...], rank_tol: float):
+    """The jitted measure of ``pairs``: one per set of pairs in a process, so that a
+    second tracker of the same model does not compile it again."""
+    return jax.jit(lambda p: measure(p, pairs, rank_tol))

@@ -60,7 +60,7 @@ def sgd():
     return _train(decay=True)
 
 
-def test_rows_equal_the_attention_table_and_the_prediction_is_t5(sgd, tmp_path):
+def test_rows_equal_the_attention_table_and_the_prediction_is_gds_bracket(sgd, tmp_path):
     program, out = sgd
     assert list(program.export_steps) == list(program.steps)  # every save is exported
     tracker = _track(
@@ -207,3 +207,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, params, pairs, match
         Factor("x", "mq")
     with pytest.raises(TrackError, match="every"):
         Tracker(None, every=0)
+
+
+def test_no_decay_and_whole_segment_names():
+    """λ = 0 predicts no decay (not NaN); a leaf named ``subquery`` is not flax's
+    ``query``, so a model with LoRA adapters beside it gets its LoRA pair."""
+    from rankflow.track import predicted_rates, resolve_pairs
+
+    assert predicted_rates(Optimizer("sgd", 0.1, 0.0))[:2] == (0.0, 0.0)
+    params = {
+        "enc": {"subquery": {"kernel": np.ones((4, 2))}},
+        "q_proj": {"lora_A": {"weight": np.ones((2, 4))}, "lora_B": {"weight": np.ones((4, 2))}},
+    }
+    assert [p.name for p in resolve_pairs(params)] == ["lora"]
