@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..config.fields import ConfigError
 from ..engine.writer import check_out
 from .common import add_command
 
@@ -21,7 +22,8 @@ def add_parser(sub) -> None:
         "attention; pretrained with --checkpoint) through rankflow's own machinery and write "
         "DIR/report.md (each claim: prediction, measurement, tolerance, verdict, figure), "
         "DIR/figures/*.png and DIR/tables/. Exit status 0 when every verdict passes, 1 when "
-        "one fails. Runs are kept in DIR/runs/, so a rerun into DIR resumes.",
+        "one fails, 2 when an experiment crashes (the others still run and are reported). "
+        "Runs are kept in DIR/runs/, so a rerun into DIR resumes.",
     )
     reproduce.add_argument(
         "--quick", action="store_true", help="small sizes, minutes on a laptop (the default)"
@@ -58,4 +60,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         + (f"; FAILED: {', '.join(failed)}" if failed else "")
         + f" ({time.perf_counter() - t0:.0f} s) → {res.report}"
     )
+    if res.crashed:
+        name, error = next(iter(res.crashed.items()))
+        more = f" (and {len(res.crashed) - 1} more)" if len(res.crashed) > 1 else ""
+        raise ExperimentCrashed(
+            f"reproduce: experiment {name} crashed{more}: {error}; the report of the others "
+            f"is {res.report}"
+        )
     return 0 if res.ok else 1
+
+
+class ExperimentCrashed(ConfigError):
+    """An experiment that raised (not a failed verdict): exit status 2, one line."""

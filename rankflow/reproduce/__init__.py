@@ -24,8 +24,9 @@ import shlex
 import shutil
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.fields import ConfigError
@@ -73,11 +74,13 @@ class Result:
     claims: list[Claim]
     report: Path
     seconds: dict[str, float]
+    # experiment → its error, for each experiment that crashed (its claims are missing)
+    crashed: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """No claim failed (observations do not count)."""
-        return all(c.verdict != "fail" for c in self.claims)
+        """No claim failed and no experiment crashed (observations do not count)."""
+        return not self.crashed and all(c.verdict != "fail" for c in self.claims)
 
 
 def check_options(
@@ -199,6 +202,7 @@ def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}
     notes: dict[str, list[str]] = {}
+    crashed: dict[str, str] = {}
     prov = provenance()
     info = {
         "rankflow": prov["versions"].get("rankflow", "?"),
@@ -217,7 +221,18 @@ def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
             print(f"rankflow reproduce: {name} …", file=sys.stderr, flush=True)
         module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
         ctx.notes = []
-        module.run_experiment(ctx)
+        try:
+            module.run_experiment(ctx)
+        except ConfigError:
+            raise  # the user's mistake (a bad checkpoint): one line, nothing replaced
+        except Exception as e:  # noqa: BLE001 - a crash is reported; the others still run
+            crashed[name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            trace = ctx.tables / f"crash_{name}.txt"
+            trace.write_text("".join(traceback.format_exception(e)))
+            ctx.notes.append(
+                f"**Crashed** ({crashed[name]}): no verdict from this experiment; the "
+                f"traceback is in `tables/{trace.name}`; `rankflow reproduce` exits with status 2."
+            )
         programs.release()  # an experiment's programs are not reused by the next
         notes[name] = list(ctx.notes)
         seconds[name] = time.perf_counter() - t0
@@ -234,4 +249,4 @@ def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
             out, ctx.claims, mode=mode, seconds=seconds, notes=notes, provenance=info,
             command=command,
         )  # fmt: skip
-    return Result(list(ctx.claims), path, seconds)
+    return Result(list(ctx.claims), path, seconds, crashed)

@@ -111,3 +111,25 @@ def test_every_config_resolves_at_both_sizes():
 
         _validate(names, mode)
     assert {p.stem for p in Path(SIMS).glob("*.toml")} >= {"toy", "full", "discrete_floor"}
+
+
+def test_a_crashing_experiment_exits_2_and_the_others_are_reported(tmp_path, capsys, monkeypatch):
+    """A crash (here a KeyError planted in the toy experiment) is not a failed verdict:
+    exit status 2, one line naming the experiment and the error, and the report holds
+    every other experiment's claims and the crash's note (issue #33, item 4)."""
+    from rankflow.reproduce import toy
+
+    def crash(ctx):
+        raise KeyError("lam_qk")
+
+    monkeypatch.setattr(toy, "run_experiment", crash)
+    out = tmp_path / "r"
+    capsys.readouterr()
+    rc = cli.main(["reproduce", "--quick", "--only", "toy", "rank", "--out", str(out), "--quiet"])
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "experiment toy crashed: KeyError: 'lam_qk'" in err, err
+    assert "Traceback" not in err
+    report = (out / "report.md").read_text()
+    assert "rank.factorised_is_nuclear" in report and "**Crashed** (KeyError" in report
+    assert "Traceback" in (out / "tables" / "crash_toy.txt").read_text()
