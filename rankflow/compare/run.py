@@ -209,9 +209,12 @@ def check_resources(configs: list[tuple[dict[str, Any], dict[str, Any]]], option
     and the contraction window's gradients."""
     kept: dict[tuple[str, ...], int] = {}
     batches: dict[str, dict[tuple[str, ...], int]] = {}
-    batch_keys = ("compare.paths", "compare.halvings")
     for opt, flow in configs:
         runs, s_opt, s_flow, window = _side_sizes(opt, options)
+        stochastic = opt["dynamics"]["kind"] in ("sgd_gaussian", "sgd")
+        batch_keys = ("compare.paths",) * stochastic + ("compare.halvings",) * (
+            sme_pair(opt) or not stochastic
+        )
         key = "compare.window" if window > vocabulary.save_count(opt) else "save.num"
         check_saves(s_opt, key, "the saves, the order's horizons and the window together")
         item = 8 if opt["x64"] else 4
