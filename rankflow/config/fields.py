@@ -54,7 +54,7 @@ __all__ = [
     "gt",
     "keys_of",
     "load_config",
-    "max_runs",
+    "env_limit",
     "merge_defaults",
     "one_of",
     "parse_set",
@@ -542,22 +542,22 @@ def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]
     return points
 
 
-# Default of RANKFLOW_MAX_RUNS: the largest sweep run without asking.
-MAX_RUNS = 10**6
+MAX_RUNS = 10**6  # default of RANKFLOW_MAX_RUNS: the largest sweep run without asking
 
 
-def max_runs() -> int:
-    """The largest sweep run without asking: ``RANKFLOW_MAX_RUNS`` (default 10⁶)."""
-    raw = os.environ.get("RANKFLOW_MAX_RUNS", "")
+def env_limit(name: str, default: int) -> int:
+    """The integer of environment variable ``name`` (else ``default``), or one line."""
+    raw = os.environ.get(name, "")
     try:
-        return int(raw) if raw.strip() else MAX_RUNS
+        return int(raw) if raw.strip() else default
     except ValueError:
-        raise ConfigError(f"RANKFLOW_MAX_RUNS: expected an integer, got {raw!r}") from None
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
 
 
 def check_size(runs: int, how: str) -> None:
-    """Refuse a sweep of more than :func:`max_runs` runs (``how``: how they count)."""
-    limit = max_runs()
+    """Refuse a sweep of more than ``RANKFLOW_MAX_RUNS`` (default 10⁶) runs (``how``:
+    how they count)."""
+    limit = env_limit("RANKFLOW_MAX_RUNS", MAX_RUNS)
     if runs > limit:
         raise ConfigError(
             f"sweep: {runs:,} runs ({how}) exceed the limit of {limit:,}; shrink the "

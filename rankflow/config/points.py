@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .fields import ConfigError, Schema, copy_config, set_dotted
+from .fields import ConfigError, Schema, copy_config, env_limit, set_dotted
 
 __all__ = ["EXACT_CHECK", "MAX_STRUCTURES", "Points", "max_structures", "validated"]
 
@@ -29,11 +28,7 @@ MAX_STRUCTURES = 1024
 
 def max_structures() -> int:
     """The most structures a sweep may have: ``RANKFLOW_MAX_STRUCTURES`` (default 1024)."""
-    raw = os.environ.get("RANKFLOW_MAX_STRUCTURES", "")
-    try:
-        return int(raw) if raw.strip() else MAX_STRUCTURES
-    except ValueError:
-        raise ConfigError(f"RANKFLOW_MAX_STRUCTURES: expected an integer, got {raw!r}") from None
+    return env_limit("RANKFLOW_MAX_STRUCTURES", MAX_STRUCTURES)
 
 
 class Points(Sequence):

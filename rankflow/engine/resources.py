@@ -17,7 +17,7 @@ import resource
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..config.fields import ConfigError, get_dotted
+from ..config.fields import ConfigError, env_limit, get_dotted
 
 __all__ = [
     "MAX_SAVES",
@@ -122,11 +122,7 @@ def budget(free: int) -> int:
 
 def max_saves() -> int:
     """The most saves one run may write: ``RANKFLOW_MAX_SAVES`` (default 10⁵)."""
-    raw = os.environ.get("RANKFLOW_MAX_SAVES", "")
-    try:
-        return int(raw) if raw.strip() else MAX_SAVES
-    except ValueError:
-        raise ConfigError(f"RANKFLOW_MAX_SAVES: expected an integer, got {raw!r}") from None
+    return env_limit("RANKFLOW_MAX_SAVES", MAX_SAVES)
 
 
 def check_saves(saves: int, key: str, how: str) -> None:
