@@ -39,6 +39,8 @@ ENVIRONMENT = (
         "folder of JAX's compilation cache (default ~/.cache/rankflow/jax; off: none)",
     ),
     ("RANKFLOW_MAX_RUNS", f"the largest sweep run (default {MAX_RUNS:,})"),
+    ("RANKFLOW_MAX_STRUCTURES", "the most structures (programs) a sweep may have (default 1,024)"),
+    ("RANKFLOW_MAX_SAVES", "the most saves one run may write (default 100,000)"),
 )
 # The --set line of a sweep axis in every epilogue (tests parse it as a shell would).
 SWEEP_EXAMPLE = "--set 'sweep.dynamics.lam=[0.01,0.1]'"
