@@ -15,6 +15,8 @@ from .findings import findings_figure
 __all__ = ["inspect_layers_figure", "inspect_scatter_figure", "inspection_figures"]
 
 _PAIR_TITLES = {"qk": "key–query", "vo": "value–output"}
+# The training reference's table, shipped beside rankflow.inspect (read as a table).
+REFERENCE = Path(__file__).resolve().parents[1] / "inspect" / "reference_effects.csv"
 # Axis text for the two Gram matrices of each pair, per unit kind (head / GQA group).
 _GRAM_LABELS = {
     ("qk", "head"): (r"$W_Q^{h\top} W_Q^h$", r"$W_K^{h\top} W_K^h$"),
@@ -225,7 +227,6 @@ def inspection_figures(insp) -> dict[str, Callable[[Path], object]]:
     }
     findings = getattr(insp, "findings", None)
     if findings is not None and len(findings):
-        from ..inspect import reference_table
-
-        figs["findings.png"] = findings_figure(findings, reference=reference_table(), title=title)
+        reference = pd.read_csv(REFERENCE) if REFERENCE.is_file() else None
+        figs["findings.png"] = findings_figure(findings, reference=reference, title=title)
     return {name: png_writer(fig) for name, fig in figs.items()}

@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 13 s: the default run keeps its 15 minutes on 2 cores
 def test_track_overhead_script_reports_medians_ranges_ratios_and_compile_time(tmp_path):
     out = tmp_path / "track.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -56,6 +56,7 @@ def t5_bracket(eta: float, lam: float) -> tuple[float, float]:
     return float(low) * 2 * eta * lam, float(high) * 2 * eta * lam
 
 
+@pytest.mark.slow  # 14 s: the default run keeps its 15 minutes on 2 cores
 def test_track_flax_decay_lowers_the_gap_and_the_rank_and_adamw_has_no_prediction(tmp_path):
     n = run_example("track_flax", tmp_path)
     gap, rank = n["balance_gap_rel"], n["effective_rank"]
