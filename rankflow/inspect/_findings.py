@@ -273,6 +273,9 @@ def balance_findings(
         5  layer      1   vo     0.1  too few pairings
     """
     rows = []
+    n_layers = {np.shape(g)[0] for g in pair_gaps.values()}
+    # both pairs' rates in one call (each pair's random initialisations drawn once)
+    fps = false_positives(layout, n_layers.pop(), n_seeds=fp_seeds) if fp_seeds and n_layers else {}
     for pair in PAIR_NAMES:
         stat = _statistic(pair, layout)
         if (pair, stat) not in pair_gaps:
@@ -281,7 +284,7 @@ def balance_findings(
         L = gaps.shape[0]
         names = list(range(L)) if layers is None else list(layers)
         note = "qk-norm: not the applied product" if pair == "qk" and layout.qk_norm else ""
-        fp = false_positives(layout, L, n_seeds=fp_seeds)[pair] if fp_seeds else None
+        fp = fps.get(pair)
         test = permutation_test(gaps, n_perm=N_PERM, seed=PERM_SEED, statistic=stat)
         interval = effect_interval(gaps, n_boot=n_boot)
         row = _row("all", -1, pair, stat, test, fp, interval, note)
