@@ -67,6 +67,7 @@ Z_SAVES = 10
 MOMENTUM_MIN_MU = 15.0  # momentum tested where μ ≥ 15ηλ (real, well-separated roots)
 ADAMW_MAX_RATIO = 0.75  # λ > 0 must end a quarter less imbalanced (scale-free) than λ = 0
 ROUNDING = 1e-12  # float64 rounding of a gap relative to ½(‖A‖² + ‖B‖²)
+DECAY_MIN = 1e-4  # T4's envelope is checked while e^{−2ηλt} ≥ 1e-4 (above rounding)
 GRID = ["dynamics.lam", "dynamics.eta", "dynamics.mu", "seed"]
 
 
@@ -268,6 +269,8 @@ def adamw_claim(adamw: pd.DataFrame) -> Claim:
         "control; pure shrinkage gives exactly 1)",
         verdict=verdict(len(pos) > 0 and bool(ok.all())),
         figure="balancing.png",
+        one_sided="decay must lower the scale-free gap by a quarter or more; the theory gives "
+        "AdamW no rate (T4/T5 are for gradient-like updates), so there is no two-sided check",
     )
 
 
@@ -304,19 +307,29 @@ def gap_bound_table(gf: pd.DataFrame) -> pd.DataFrame:
             )
         gap = lam * g["frob_minus_nuc"].to_numpy()
         scale = lam * g["l2_penalty"].to_numpy()
+        # T4, two-sided: the envelope's ‖D(t)‖_* is e^{−2ηλt}‖D(0)‖_* itself.
+        nuc = g["balance_nuclear"].to_numpy()
+        decay = np.exp(-2 * eta * lam * t)
         frames.append(
             pd.DataFrame(
                 {"dynamics.lam": lam, "dynamics.eta": eta, "t": t, "gap": gap, "bound": bound}
                 | {"excess": (gap - bound) / scale, "ratio": gap / np.maximum(bound, 1e-300)}
+                | {"decay": decay, "envelope_deviation": np.abs(nuc - decay * nuc[0]) / nuc[0]}
             )
         )
     return pd.concat(frames, ignore_index=True)
 
 
 def gap_bound_claim(bound: pd.DataFrame) -> Claim:
+    """T2 with T4 along GF: the gap ``L_L2 − L_*`` stays below the envelope
+    ``(λ/2)‖D(0)‖_* e^{−2ηλt}`` at every save (one-sided), and the envelope is the measured
+    ``(λ/2)‖D(t)‖_*`` (T4's exact decay, two-sided within ``RATE_TOL``, at saves with
+    ``e^{−2ηλt} ≥ DECAY_MIN``): a decay faster than T4's passes the bound alone."""
     worst = float(bound["excess"].max())
     runs = bound.groupby(["dynamics.lam", "dynamics.eta"]).ngroups
     early = bound[bound["bound"] > 1e6 * ROUNDING * bound["gap"].abs().max()]
+    tested = bound[bound["decay"] >= DECAY_MIN]
+    dev = float(tested["envelope_deviation"].max()) if len(tested) else np.nan
     return Claim(
         experiment=NAME,
         name="balancing.gap_bound_decays",
@@ -329,9 +342,15 @@ def gap_bound_claim(bound: pd.DataFrame) -> Claim:
         measurement=f"{len(bound)} saves of {runs} runs: max (gap − envelope)/"
         f"(λ·½(‖A‖²+‖B‖²)) = {fmt(worst)}; gap/envelope up to "
         f"{fmt(float(early['ratio'].max()) if len(early) else np.nan, 3)} while the envelope "
-        "is above rounding",
-        tolerance=f"≤ {ROUNDING:g} (float64 rounding, relative to λ·½(‖A‖²+‖B‖²))",
-        verdict=verdict(len(bound) > 0 and worst <= ROUNDING),
+        f"is above rounding; ‖D(t)‖_* against e^{{−2ηλt}}‖D(0)‖_*: max relative deviation "
+        f"{fmt(dev, 2)} over {len(tested)} saves",
+        tolerance=f"≤ {ROUNDING:g} (float64 rounding, relative to λ·½(‖A‖²+‖B‖²)); the "
+        f"envelope's decay within {RATE_TOL:g} of ‖D(0)‖_* (adaptive float64 solve at rtol "
+        f"1e-10) where e^{{−2ηλt}} ≥ {DECAY_MIN:g}",
+        verdict=verdict(len(bound) > 0 and worst <= ROUNDING and dev <= RATE_TOL),
+        one_sided="the bound L_L2 − L_* ≤ envelope holds for any decay at least as fast as "
+        "T4's; paired in this verdict with the two-sided check of the envelope's decay "
+        "(‖D(t)‖_* = e^{−2ηλt}‖D(0)‖_*, T4), and by balancing.gradient_flow's rate",
         figure="balancing.png",
     )
 

@@ -264,6 +264,9 @@ def pretrained_claims(
                 tolerance=_tolerance(fp),
                 verdict=verdict,
                 figure="pretrained_scatter.png",
+                one_sided="true pairs closer than permuted pairings (a one-sided "
+                "permutation test); a checkpoint carries no training history, so no rate "
+                "can be checked two-sided",
             )
         )
         rows += _rows(pair, tests, verdict, fp, interval)

@@ -67,11 +67,19 @@ def render(
         "contrast): it is measured and shown, never counted as a pass. Tables are in "
         "`tables/`, figures in `figures/`, the raw runs in `runs/`.",
         "",
-        "| # | claim | source | verdict |",
-        "|---|---|---|---|",
+        "A *one-sided* test (a bound, a drop, an ordering) cannot see an error in the "
+        "direction it allows (a decay faster than the theory's passes \"decays at least "
+        'this fast"): each is marked, with the two-sided check that covers that direction '
+        "where the theory gives one.",
+        "",
+        "| # | claim | source | test | verdict |",
+        "|---|---|---|---|---|",
     ]
     for i, c in enumerate(claims, 1):
-        lines.append(f"| {i} | [{c.name}](#{_anchor(c.name)}) | {c.source} | {MARK[c.verdict]} |")
+        lines.append(
+            f"| {i} | [{c.name}](#{_anchor(c.name)}) | {c.source} | {_sides(c)} | "
+            f"{MARK[c.verdict]} |"
+        )
     lines.append("")
     by_exp: dict[str, list[Claim]] = {}
     for c in claims:
@@ -97,6 +105,7 @@ def render(
                 f"| prediction | {_cell(c.prediction)} |",
                 f"| measurement | {_cell(c.measurement)} |",
                 f"| tolerance | {_cell(c.tolerance)} |",
+                *([f"| one-sided | {_cell(c.one_sided)} |"] if c.one_sided else []),
                 f"| verdict | **{MARK[c.verdict]}** |",
                 "",
             ]
@@ -104,6 +113,12 @@ def render(
                 shown.add(c.figure)
                 lines += [f"![{c.figure}](figures/{c.figure})", ""]
     return "\n".join(lines)
+
+
+def _sides(c: Claim) -> str:
+    if c.verdict == "observation":
+        return "—"
+    return "one-sided" if c.one_sided else "two-sided"
 
 
 def _anchor(name: str) -> str:

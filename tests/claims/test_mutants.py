@@ -134,6 +134,20 @@ def test_mutant_balancing_gap_bound_decays(gf_runs):
     assert wrong["excess"].max() > 1e-4
 
 
+def test_mutant_balancing_gap_bound_decays_faster(gf_runs):
+    """The direction the bound cannot see: runs at λ recorded as λ/2 balance at 4ηλ_rec,
+    twice the envelope's rate. The gap stays under the envelope (the one-sided bound
+    passes), and the two-sided check of the envelope's T4 decay fails it (relative
+    deviation of ‖D(t)‖_* up to ~0.25, against 1e-6)."""
+    right, _ = gf_runs
+    name = "balancing.gap_bound_decays"
+    fast = balancing.gap_bound_table(_relabel_lam(right, 0.5))
+    assert fast["excess"].max() <= balancing.ROUNDING  # the bound alone would pass
+    tested = fast[fast["decay"] >= balancing.DECAY_MIN]
+    assert tested["envelope_deviation"].max() > 1e4 * balancing.RATE_TOL
+    _check(balancing.gap_bound_claim(fast), name, "fail")
+
+
 def test_mutant_balancing_gd():
     """The exact gradient flow where GD ran: rate/(2ηλ) = 1, below GD's bracket (1.0259 at
     ηλ = 0.1, 1.005 at ηλ = 0.02) by far more than the fit's error."""

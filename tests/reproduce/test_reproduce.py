@@ -133,3 +133,23 @@ def test_a_crashing_experiment_exits_2_and_the_others_are_reported(tmp_path, cap
     report = (out / "report.md").read_text()
     assert "rank.factorised_is_nuclear" in report and "**Crashed** (KeyError" in report
     assert "Traceback" in (out / "tables" / "crash_toy.txt").read_text()
+
+
+def test_one_sided_claims_are_named_in_the_report():
+    """The summary table gives every tested claim's sides, and a one-sided claim carries a
+    row saying which direction it cannot see and its two-sided partner."""
+    from rankflow.reproduce import report
+    from rankflow.reproduce._common import Claim
+
+    common = dict(experiment="toy", source="T4", statement="s", prediction="p",
+                  measurement="m", tolerance="t")  # fmt: skip
+    claims = [
+        Claim(name="toy.a", verdict="pass", **common),
+        Claim(name="toy.b", verdict="fail", one_sided="a bound; partner toy.a", **common),
+        Claim(name="toy.c", verdict="observation", **common),
+    ]
+    text = report.render(claims, mode="quick", seconds={}, notes={}, provenance={}, command="c")
+    assert "| 1 | [toy.a](#toya) | T4 | two-sided | ✅ pass |" in text
+    assert "| 2 | [toy.b](#toyb) | T4 | one-sided |" in text
+    assert "| 3 | [toy.c](#toyc) | T4 | — |" in text
+    assert text.count("| one-sided | a bound; partner toy.a |") == 1
