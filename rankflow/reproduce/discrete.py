@@ -9,8 +9,8 @@ Through ``rankflow.compare`` (``sims/reproduce/discrete_gd.toml``, ``discrete_sg
   the exact one-step identity; its distance from the leading factor (1 − ηλ)² (the O(η²)
   term) is reported.
 - ``discrete.sgf_mean`` (T6, m ≠ n): the mean over paths of tr D under the stochastic flow
-  against the closed form; SGD with Gaussian noise (its Euler–Maruyama discretisation) is
-  reported beside it.
+  against the closed form, and SGD with Gaussian noise (its Euler–Maruyama discretisation
+  at dt = 1 step) within the same SE plus an allowance for its O(η) weak bias.
 
 Through sweeps of the stochastic flow (``discrete_floor.toml`` with m = n,
 ``discrete_floor_rect.toml`` with m ≠ n):
@@ -58,6 +58,12 @@ ORDER_TOL = 0.15
 # T5 is an exact identity: float64 rounding (ε = 2.2e-16) amplified at most 10⁵-fold by
 # the products and the division by ‖D_k‖ (measured: ≲ 1e-14).
 T5_TOL = 1e-10
+# SGD with Gaussian noise is T6's SDE discretised by Euler–Maruyama at dt = 1 step: its
+# mean of tr D carries a weak bias O(η). Measured on sims/reproduce/discrete_sgd.toml
+# (η = 0.1) with 4096 paths: at most 0.026 = 2.9% of T6 (t = 20, 3.9 SE there; 2.5 SE at
+# 128 and 512 paths). The allowance: 4 SE plus 5% of T6. Noise of twice the variance moves
+# the late mean by ~100% of T6.
+SGD_BIAS = 0.05
 FLOOR_CONFIGS = ("discrete_floor", "discrete_floor_rect")
 # One grid point of the floor sweeps.
 FLOOR_POINT = (
@@ -218,30 +224,46 @@ def _max_abs(z: pd.Series) -> tuple[float, int]:
     return (float(z.max()) if z.size else float("nan")), int(z.size)
 
 
+def sgd_excess(opt: pd.DataFrame) -> tuple[float, float]:
+    """SGD with Gaussian noise against T6: the largest ``|mean − T6| / (Z_MAX·SE +
+    SGD_BIAS·|T6|)`` over the saves (≤ 1 passes) and the largest |z|."""
+    dev = (opt["mean"] - opt["theory"]).abs()
+    allowed = Z_MAX * opt["se"] + SGD_BIAS * opt["theory"].abs()
+    ok = np.isfinite(dev) & np.isfinite(allowed)
+    excess = float((dev[ok] / allowed[ok]).max()) if ok.any() else float("nan")
+    return excess, _max_abs(opt["z"])[0]
+
+
 def sgf_mean_claim(sde: pd.DataFrame) -> Claim:
     """T6 (mean): from ``compare``'s ``sde`` table (``theory.sgf_mean_balance_trace`` at
-    every save), the stochastic flow's mean of tr D over paths is within ``Z_MAX`` SE."""
+    every save), the stochastic flow's mean of tr D over paths is within ``Z_MAX`` SE;
+    SGD with Gaussian noise, its Euler–Maruyama discretisation at dt = 1 step, within
+    ``Z_MAX`` SE plus its weak bias allowance ``SGD_BIAS``·|T6|."""
     flow = sde[sde["role"] == "flow"]
     opt = sde[sde["role"] == "optimizer"]
     zf, saves = _max_abs(flow["z"])
-    zo, _ = _max_abs(opt["z"])
+    excess, zo = sgd_excess(opt)
     s, last = sde.iloc[0], flow.iloc[-1]
+    ok = zf <= Z_MAX and (len(opt) == 0 or excess <= 1.0)
     return Claim(
         experiment=NAME,
         name="discrete.sgf_mean",
         source="T6",
         statement="Under the stochastic gradient flow E[tr D(t)] has a closed form: "
         "e^{−2ηλt} tr D(0) + r ησ²(m−n)/(2λ) (1 − e^{−2ηλt}); with m ≠ n the noise moves "
-        "the mean away from balance.",
+        "the mean away from balance. SGD with Gaussian gradient noise follows it up to its "
+        "O(η) discretisation bias.",
         prediction=f"T6, m = {int(s['problem.m'])}, n = {int(s['problem.n'])}: "
         f"{fmt(float(last['theory']))} at t = {last['t']:g}",
         measurement=f"stochastic flow: max |z| = {zf:.2f} over {saves} saves, "
         f"{int(flow['paths'].max())} paths; at t = {last['t']:g} mean "
         f"{fmt(float(last['mean']))} ± {fmt(float(last['se']))}. SGD with "
-        f"Gaussian noise (Euler–Maruyama, not exact): max |z| = {zo:.2f}",
+        f"Gaussian noise: max |z| = {zo:.2f}, deviation at most {excess:.2f} of its allowance",
         tolerance=f"stochastic flow: |z| ≤ {Z_MAX:g} at every save (z in Monte Carlo SE, "
-        "std/√paths)",
-        verdict=verdict(zf <= Z_MAX),
+        f"std/√paths); SGD with Gaussian noise: |mean − T6| ≤ {Z_MAX:g} SE + "
+        f"{SGD_BIAS:g}·|T6| at every save (Euler–Maruyama's weak bias at η = 0.1: measured "
+        "0.026 = 2.9% of T6 at t = 20 with 4096 paths, 3.9 SE there)",
+        verdict=verdict(ok),
         figure="discrete_sgd_sde.png",
     )
 

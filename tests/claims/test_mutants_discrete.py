@@ -229,7 +229,9 @@ def sgf_mean(sgd_tables):
     Control: max |z| 2.53. Mutants: T6 with the noise term's sign flipped (m and n
     swapped, ``theory.sgf_mean_balance_trace`` replaced), max |z| 61; T6 with the noise on
     A alone (n → 0 in the noise term), 17.4; the flow run with noise of variance 2σ²
-    (a wrong implementation) against the right T6, 18.1 — each ≥ 4.3× the tolerance."""
+    (a wrong implementation) against the right T6, 18.1 — each ≥ 4.3× the tolerance. And
+    the SGD part of the verdict: SGD's own Gaussian noise of variance 2σ² (the flow right)
+    exceeds its allowance (4 SE + 5% of T6) at least threefold."""
     control = discrete.sgf_mean_claim(sgd_tables["sde"])
     assert control.verdict == "pass", control.measurement
     mutants = {
@@ -247,6 +249,19 @@ def sgf_mean(sgd_tables):
         claim = discrete.sgf_mean_claim(sde)
         assert claim.verdict == "fail", (name, claim.measurement)
         assert _z_flow(sde) >= 3 * discrete.Z_MAX, (name, _z_flow(sde))
+    # The SGD part of the verdict: SGD's Gaussian noise of variance 2σ² (the flow right).
+    right_sgd = optimizers.sgd_gaussian
+    programs.release()
+    with pytest.MonkeyPatch.context() as m:
+        noisier = lambda lr, lam, sigma, key: right_sgd(lr, lam, sigma * math.sqrt(2), key)  # noqa: E731
+        m.setattr(optimizers, "sgd_gaussian", noisier)
+        sde = compare_lib.compare(SGD)["sde"]
+    programs.release()
+    assert _z_flow(sde) <= discrete.Z_MAX
+    excess, _ = discrete.sgd_excess(sde[sde["role"] == "optimizer"])
+    assert excess >= 3, excess
+    assert discrete.sgf_mean_claim(sde).verdict == "fail"
+    assert discrete.sgd_excess(sgd_tables["sde"][sgd_tables["sde"]["role"] == "optimizer"])[0] <= 1
 
 
 def _z_floor(floor: pd.DataFrame) -> float:
