@@ -66,6 +66,7 @@ SLOW = {
     "noise/compare_sme",
     "reproduce/attention_ablation",
     "reproduce/attention_rank",
+    "reproduce/attention_sgd",
     "reproduce/rebuttal_dh",
     "reproduce/rebuttal_lambda",
     "reproduce/rebuttal_lr",

@@ -29,7 +29,8 @@ from rankflow.core import config as config_lib
 from rankflow.reproduce import attention, balancing, passable_claims, rank, toy
 from rankflow.reproduce._common import config_path
 
-MUTANT_CLAIMS = toy.CLAIMS + balancing.CLAIMS + rank.CLAIMS + attention.CLAIMS
+# attention.sgd_rate's mutants are in test_mutants_attention.py.
+MUTANT_CLAIMS = toy.CLAIMS + balancing.CLAIMS + rank.CLAIMS + ("attention.rank",)
 GF_SOLVER = {"solver.method": "tsit5", "solver.adaptive": True, "solver.rtol": 1e-10,
              "solver.atol": 1e-12}  # fmt: skip
 
@@ -263,6 +264,7 @@ def test_mutant_attention_rank():
 
 def test_every_claim_that_can_pass_has_a_mutant():
     import test_compare_sme
+    import test_mutants_attention
     import test_mutants_depth
     import test_mutants_discrete
     import test_mutants_noise
@@ -271,6 +273,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
 
     covered = (
         set(MUTANT_CLAIMS)
+        | set(test_mutants_attention.MUTANT_CLAIMS)
         | set(test_mutants_depth.MUTANT_CLAIMS)
         | set(test_mutants_discrete.MUTANT_CLAIMS)
         | set(test_mutants_noise.MUTANT_CLAIMS)
