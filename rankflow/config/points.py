@@ -8,14 +8,25 @@ when read, so a sweep is counted and planned without holding a config per point.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .fields import ConfigError, Schema, copy_config, env_limit, set_dotted
+import numpy as np
 
-__all__ = ["EXACT_CHECK", "MAX_STRUCTURES", "Points", "max_structures", "validated"]
+from .fields import ConfigError, Schema, copy_config, env_limit, get_dotted, set_dotted
+
+__all__ = [
+    "EXACT_CHECK",
+    "MAX_STRUCTURES",
+    "Members",
+    "OnDemand",
+    "Points",
+    "max_structures",
+    "validated",
+]
 
 # Sweeps of at most this many points are checked point by point; larger ones through
 # their representatives (see Points.representatives).
@@ -31,7 +42,33 @@ def max_structures() -> int:
     return env_limit("RANKFLOW_MAX_STRUCTURES", MAX_STRUCTURES)
 
 
-class Points(Sequence):
+class OnDemand(Sequence):
+    """A sequence whose items are made when read (:meth:`item`, for 0 ≤ i < len), never
+    held as a list: indexing (negative too), slices as lists, and equality with any
+    sequence of equal items. ``what`` names an item in the ``IndexError``."""
+
+    what = "item"
+
+    def item(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.item(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self.what} {i} of {n}")
+        return self.item(i % n)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Points(OnDemand):
     """The points of a sweep, a sequence made on demand: the product of the ``[sweep]``
     lists is counted, never materialised. ``points[i]`` is the config of point ``i``
     (row-major, the first key slowest) passed through ``finish`` (a family's validate
@@ -59,7 +96,9 @@ class Points(Sequence):
         self.numeric = tuple(numeric)
         self.schema = schema
         self.finish = finish
+        self.strides = _strides(self.shape)
         self.cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._arrays: dict[int, np.ndarray] = {}
         self._check_structures()
 
     def _check_structures(self) -> None:
@@ -79,12 +118,9 @@ class Points(Sequence):
         return math.prod(self.shape)
 
     def coords(self, i: int) -> tuple[int, ...]:
-        """The index into each sweep list of point ``i``."""
-        out = []
-        for size in reversed(self.shape):
-            i, c = divmod(i, size)
-            out.append(c)
-        return tuple(reversed(out))
+        """The index into each sweep list of point ``i`` (mixed radix, the first key
+        slowest)."""
+        return tuple((i // step) % size for step, size in zip(self.strides, self.shape))
 
     def flat_index(self, coords: Sequence[int]) -> int:
         """The point index of one index per sweep list."""
@@ -101,13 +137,9 @@ class Points(Sequence):
         point["sweep"] = {}
         return self.finish(point) if self.finish else point
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"point {i} of a sweep of {n}")
-        i %= n
+    what = "point"
+
+    def item(self, i: int) -> dict[str, Any]:
         if i in self.cache:
             self.cache.move_to_end(i)
             return self.cache[i]
@@ -118,13 +150,6 @@ class Points(Sequence):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"Points({' × '.join(map(str, self.shape)) or '1'} of {self.axes})"
@@ -155,33 +180,149 @@ class Points(Sequence):
             out = [i * self.shape[a] + c for i in out for c in choice_a]
         return sorted(out)
 
-    def groups(self, key: Callable[[Mapping[str, Any]], str]) -> list[list[int]]:
-        """Point indices grouped by ``key`` (a structure key: a function of the
-        structural values alone), in order of first appearance, each group in index
-        order. ``key`` is evaluated once per combination of structural values."""
-        import numpy as np
+    def combos(self) -> Iterator[tuple[int, ...]]:
+        """Every combination of the structural axes' indices, in index order (the
+        structures of the sweep, before grouping by key)."""
+        return itertools.product(*(range(self.shape[a]) for a in self.structural_axes()))
 
+    def groups(
+        self,
+        key: Callable[[Mapping[str, Any]], str],
+        also: Callable[[Mapping[str, Any]], Any] | None = None,
+    ) -> list[Members]:
+        """Point indices grouped by ``key`` (a structure key: a function of the
+        structural values alone), in order of first appearance, each group's
+        :class:`Members` in index order (made by index arithmetic, never listed).
+        ``key`` (and ``also``, whose value of a group's first point is its
+        ``Members.also``) is evaluated once per combination of structural values, on the
+        combination's first point."""
         struct = self.structural_axes()
-        sizes = [self.shape[a] for a in struct]
-        n_combos = math.prod(sizes)
-        first: dict[str, int] = {}  # key → its group
-        combo_group = np.empty(n_combos, np.int64)
-        for combo in range(n_combos):
+        found: dict[str, list[tuple[int, ...]]] = {}
+        alsos: dict[str, Any] = {}
+        for combo in self.combos():
             coords = [0] * len(self.shape)
-            rest = combo
-            for a, size in zip(reversed(struct), reversed(sizes)):
-                rest, coords[a] = divmod(rest, size)
-            k = key(self[self.flat_index(coords)])
-            combo_group[combo] = first.setdefault(k, len(first))
-        if len(first) == 1:
-            return [list(range(len(self)))]
-        index = np.arange(len(self))
-        all_coords = np.unravel_index(index, self.shape)
-        combo_of = np.ravel_multi_index([all_coords[a] for a in struct], sizes)
-        group_of = combo_group[combo_of]
-        members = [np.flatnonzero(group_of == g) for g in range(len(first))]
-        members.sort(key=lambda m: m[0])
-        return [m.tolist() for m in members]
+            for a, c in zip(struct, combo):
+                coords[a] = c
+            point = self[self.flat_index(coords)]
+            k = key(point)
+            if k not in found:
+                found[k] = []
+                alsos[k] = also(point) if also is not None else None
+            found[k].append(combo)
+        groups = [Members(self.shape, struct, combos, alsos[k]) for k, combos in found.items()]
+        return sorted(groups, key=lambda m: m.index(0))
+
+    def column(self, key: str, ids: np.ndarray, template: Mapping[str, Any]) -> np.ndarray:
+        """The values of ``key`` at the points ``ids`` (an integer array), by index
+        arithmetic: a swept key's from its list, any other's from ``template`` (a point
+        of the same structure). Equal to reading each point where ``finish`` writes no
+        swept key and leaves ``key`` as given (the core family's traced keys)."""
+        if key not in self.axes:
+            return np.full(len(ids), get_dotted(template, key))
+        a = self.axes.index(key)
+        values = self._arrays.get(a)
+        if values is None:
+            values = self._arrays[a] = np.asarray(self.values[a])
+        return values[(np.asarray(ids) // self.strides[a]) % self.shape[a]]
+
+
+class Members(OnDemand):
+    """The point indices of one group of a sweep, in index order, by index arithmetic:
+    the union of the grids of its structural combinations (each fixes the structural
+    axes, ``struct``, at its ``combos`` entry and runs over the others). The ``k``-th
+    member, and a slice of them, cost O(axes) and O(slice) whatever the sweep's size.
+    ``also``: a value :meth:`Points.groups` computed from the group's first point."""
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        struct: Sequence[int],
+        combos: Sequence[tuple[int, ...]],
+        also: Any = None,
+    ):
+        self.shape, self.struct, self.combos, self.also = tuple(shape), tuple(struct), combos, also
+        self.strides = _strides(self.shape)
+        self.free = [a for a in range(len(self.shape)) if a not in self.struct]
+        self.per = math.prod(self.shape[a] for a in self.free)
+        # The index of each combination's first member (its free coordinates 0).
+        self._bases = [sum(c * self.strides[a] for a, c in zip(self.struct, co)) for co in combos]
+
+    def __len__(self) -> int:
+        return len(self.combos) * self.per
+
+    what = "member"
+
+    def item(self, k: int) -> int:
+        return self.index(k)
+
+    def __repr__(self) -> str:
+        return f"Members({len(self):,} points of {len(self.combos)} structural combinations)"
+
+    def _offsets(self, ranks: np.ndarray) -> np.ndarray:
+        """The index offsets, from a combination's first member, of its ``ranks``-th."""
+        out = np.zeros(len(ranks), np.int64)
+        rest = np.asarray(ranks, np.int64)
+        for a in reversed(self.free):
+            rest, c = np.divmod(rest, self.shape[a])
+            out += c * self.strides[a]
+        return out
+
+    def _below(self, base: int, combo: tuple[int, ...], x: int) -> int:
+        """How many members of one combination's grid have an index below ``x``: at the
+        first axis where a member differs from ``x``'s coordinates it is smaller."""
+        if x >= math.prod(self.shape):
+            return self.per
+        fixed = dict(zip(self.struct, combo))
+        count, rest = 0, self.per
+        for a, size in enumerate(self.shape):
+            xa = (x // self.strides[a]) % size
+            if a in fixed:
+                if fixed[a] != xa:
+                    return count + (rest if fixed[a] < xa else 0)
+            else:
+                rest //= size
+                count += xa * rest
+        return count
+
+    def count_below(self, x: int) -> int:
+        """How many members have an index below ``x``."""
+        return sum(self._below(b, c, x) for b, c in zip(self._bases, self.combos))
+
+    def index(self, k: int) -> int:
+        """The ``k``-th member (0 ≤ k < len): direct for one combination, a bisection
+        over indices for several."""
+        if len(self.combos) == 1:
+            return self._bases[0] + int(self._offsets(np.array([k]))[0])
+        lo, hi = 0, math.prod(self.shape) - 1
+        while lo < hi:  # the smallest index x with k + 1 members at or below it
+            mid = (lo + hi) // 2
+            if self.count_below(mid + 1) > k:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def take(self, start: int, stop: int) -> np.ndarray:
+        """Members ``start`` to ``stop`` (0 ≤ start ≤ stop ≤ len) as an int64 array."""
+        if stop <= start:
+            return np.zeros(0, np.int64)
+        if len(self.combos) == 1:
+            return self._bases[0] + self._offsets(np.arange(start, stop))
+        first, last = self.index(start), self.index(stop - 1)
+        parts = []
+        for base, combo in zip(self._bases, self.combos):
+            lo, hi = self._below(base, combo, first), self._below(base, combo, last + 1)
+            parts.append(base + self._offsets(np.arange(lo, hi)))
+        return np.sort(np.concatenate(parts))
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    """How far apart in index consecutive values of each axis are (row-major)."""
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return out[::-1]
 
 
 def validated(

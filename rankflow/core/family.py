@@ -146,7 +146,7 @@ class CoreFamily:
     def run_chunk(
         self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        rows = run_runs(list(points), list(chunk.runs), swept, pad_to=chunk.pad_to)
+        rows = run_runs(points, chunk.runs, swept, pad_to=chunk.pad_to)
         return {store.RESULTS: rows}
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:

@@ -12,7 +12,7 @@ them at the save steps for optimizers), never whole trajectories.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,6 @@ import pandas as pd
 
 from ..config.fields import traced_in
 from ..engine import programs
-from ..engine.plan import pad_runs
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
 from ..numerics import batching
@@ -333,33 +332,68 @@ def params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
 
 
 def run_runs(
-    points: list[dict[str, Any]],
-    runs: list[tuple[int, int]],
-    swept: list[str],
+    points: Sequence[Mapping[str, Any]],
+    runs: Sequence[tuple[int, int]],
+    swept: Sequence[str],
     pad_to: int | None = None,
 ) -> pd.DataFrame:
     """Run ``runs`` — ``(point index, path)`` pairs of one structure — as one batch of
     the structure's program and return their rows. ``pad_to`` pads the batch (with
     copies of its last run, dropped afterwards) so that every chunk of a sweep has the
     same shape and the program compiles once."""
-    program = program_for(points[runs[0][0]])
-    rows = [params_of(points[i], path) for i, path in runs]
-    params = pad_runs(rows, PARAM_KEYS, pad_to)
-    out = jax.tree.map(lambda x: x[: len(rows)], program.run(params))
-    return _table(program, points[runs[0][0]], runs, params, out, swept)
+    ids, paths = runs.arrays() if hasattr(runs, "arrays") else _run_arrays(runs)
+    first = points[int(ids[0])]
+    program = program_for(first)
+    params = batch_of(points, ids, paths, first)
+    padded = {
+        k: np.concatenate([v, np.repeat(v[-1:], max(0, (pad_to or 0) - len(v)))])
+        for k, v in params.items()
+    }
+    out = jax.tree.map(lambda x: x[: len(ids)], program.run(padded))
+    return _table(program, first, ids, paths, params, out, swept)
 
 
-def _table(program: Program, point, runs, params, out, swept) -> pd.DataFrame:
+def _run_arrays(runs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    pairs = np.asarray(list(runs), np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def batch_of(
+    points: Sequence[Mapping[str, Any]],
+    ids: np.ndarray,
+    paths: np.ndarray,
+    first: Mapping[str, Any],
+) -> dict[str, np.ndarray]:
+    """The traced values (``PARAM_KEYS``) of the runs ``(ids[j], paths[j])`` of one
+    structure (``first``: any point of it), one array per key. Points of a sweep
+    (:class:`~rankflow.config.points.Points`) are read by index arithmetic, without
+    making a config per run: the last run is made in full and checked against it (the
+    core's ``derive`` writes no traced key); other sequences, point by point."""
+    column = getattr(points, "column", None)
+    if column is not None:
+        out = {k: column(k, ids, first) for k in config_lib.NUMERIC_KEYS}
+        if out["problem.seed"].dtype == object:  # unset: the top-level seed
+            out["problem.seed"] = out["seed"]
+        out["path"] = np.asarray(paths, np.int64)
+        last = params_of(points[int(ids[-1])], int(paths[-1]))
+        if all(out[k][-1] == v and type(out[k][-1].item()) is type(v) for k, v in last.items()):
+            return out
+    rows = [params_of(points[i], p) for i, p in zip(ids.tolist(), paths.tolist())]
+    return {k: np.array([r[k] for r in rows]) for k in PARAM_KEYS}
+
+
+def _table(program: Program, point, ids, paths, params, out, swept) -> pd.DataFrame:
     """The rows of a batch of runs of one structure (``point``: any of its points;
-    ``params``: the batch, padded or not). Every run of a structure has the same
-    structural values, so those columns come from ``point`` once; the numeric ones from
+    ``ids``, ``paths``: the runs; ``params``: the batch, padded or not). Every run of a
+    structure has the same structural values, so those columns come from ``point``
+    once (a list, a width list or a ragged one, as its text); the numeric ones from
     ``params`` (as ``np.array`` of the runs' values, the dtypes those of the values);
     the observables and singular values as one float64 block."""
     T = len(program.ts)
-    n = len(runs)
+    n = len(ids)
     cols: dict[str, Any] = {
-        "run_id": np.repeat([i for i, _ in runs], T),
-        "path": np.repeat([p for _, p in runs], T),
+        "run_id": np.repeat(ids, T),
+        "path": np.repeat(paths, T),
         "t": np.tile(program.ts, n),
         "status": pd.Categorical.from_codes(
             out["status"].reshape(-1).astype(np.int64), categories=list(STATUS)
@@ -371,7 +405,7 @@ def _table(program: Program, point, runs, params, out, swept) -> pd.DataFrame:
     flat = config_lib.flatten(point)
     for k in dict.fromkeys(STRUCT_COLUMNS + depth + tuple(swept)):
         v = flat[k]
-        if k == "model.r" and isinstance(v, list):  # widths (depth L) written as text
+        if isinstance(v, list):  # widths (depth L), singular values, save times: text
             v = str(v)
         if k.startswith("solver.") and not program.continuous:
             v = None  # optimizers use no ODE solver

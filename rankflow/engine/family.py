@@ -9,14 +9,60 @@ executors — is the engine's, the same for every family.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["Chunk", "Family"]
+from ..config.points import OnDemand
+
+__all__ = ["Chunk", "Family", "Runs"]
+
+
+class Runs(OnDemand):
+    """The runs ``(point index, path)`` of a chunk without listing them: ranks ``start``
+    to ``stop`` of its group's runs, each point of ``members`` (in order) giving
+    ``paths`` runs. ``members`` is a group's :class:`~rankflow.config.points.Members`
+    (made by index arithmetic) or a plain sequence of point indices, so a chunk costs
+    O(1) memory and its runs O(chunk) time, whatever the sweep's size."""
+
+    def __init__(self, members: Sequence[int], paths: int, start: int, stop: int):
+        self.members, self.paths, self.start, self.stop = members, paths, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def arrays(self, start: int = 0, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The point indices and paths of runs ``start`` to ``stop`` of the chunk (all by
+        default), as two int64 arrays."""
+        stop = len(self) if stop is None else stop
+        lo, hi = self.start + start, self.start + stop
+        if hi <= lo:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        first, last = lo // self.paths, (hi - 1) // self.paths + 1
+        take = getattr(self.members, "take", None)
+        ids = take(first, last) if take else np.asarray(self.members[first:last], np.int64)
+        ids = np.repeat(ids, self.paths)[lo - first * self.paths : hi - first * self.paths]
+        return ids, np.arange(lo, hi, dtype=np.int64) % self.paths
+
+    what = "run"
+
+    def item(self, i: int) -> tuple[int, int]:
+        ids, paths = self.arrays(i, i + 1)
+        return int(ids[0]), int(paths[0])
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        ids, paths = self.arrays()
+        return zip(ids.tolist(), paths.tolist())
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Runs({self.start}:{self.stop} of a group, {self.paths} paths per point)"
 
 
 @dataclass(frozen=True)
@@ -25,7 +71,7 @@ class Chunk:
 
     index: int
     group: int
-    runs: tuple[tuple[int, int], ...]  # (run_id, path)
+    runs: Sequence[tuple[int, int]]  # (run_id, path): a :class:`Runs`, or a tuple of pairs
     pad_to: int  # batch size of the group's program
 
     @property

@@ -9,15 +9,18 @@ padded to the same batch shape, so a group compiles once however many chunks it 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ..config.fields import ConfigError, check_size
-from ..config.points import Points
-from .family import Chunk, Family
+from ..config.points import OnDemand, Points
+from .family import Chunk, Family, Runs
 from .resources import (
     budget,
     check_fits,
@@ -31,6 +34,7 @@ from .resources import (
 
 __all__ = [
     "Chunk",
+    "ChunkPlan",
     "checked_plan",
     "chunk_plan",
     "device_memory",
@@ -41,46 +45,99 @@ __all__ = [
 ]
 
 
+class ChunkPlan(OnDemand):
+    """The chunks of a sweep, made on demand: each group's runs cut into chunks of its
+    ``size`` runs, all padded to the group's batch shape, chunk ``i`` found by bisection
+    over the groups. Holds one entry per group, never a list of runs, so planning costs
+    O(structures) and each chunk O(1), whatever the sweep's size. ``groups``: each
+    group's point indices (in order), paths per point and chunk size; ``facts``: what
+    :func:`checked_plan` learnt from each group's first point (or None)."""
+
+    def __init__(self, groups: Sequence[tuple[Sequence[int], int, int]], facts: Sequence[Any] = ()):
+        self.groups, self.facts = list(groups), list(facts)
+        self.counts = [-(-len(m) * p // n) for m, p, n in self.groups]
+        self.offsets = list(itertools.accumulate(self.counts, initial=0))
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    what = "chunk"
+
+    def item(self, i: int) -> Chunk:
+        g = bisect.bisect_right(self.offsets, i) - 1
+        members, paths, size = self.groups[g]
+        total = len(members) * paths
+        start = (i - self.offsets[g]) * size
+        runs = Runs(members, paths, start, min(start + size, total))
+        return Chunk(i, g, runs, min(size, total))
+
+    def __repr__(self) -> str:
+        return f"ChunkPlan({len(self)} chunks of {self.runs:,} runs in {len(self.groups)} groups)"
+
+    @property
+    def runs(self) -> int:
+        """Runs of every chunk together."""
+        return sum(len(m) * p for m, p, _ in self.groups)
+
+    def group_runs(self, g: int) -> int:
+        """Runs of group ``g``."""
+        members, paths, _ = self.groups[g]
+        return len(members) * paths
+
+    def first(self, g: int) -> int:
+        """The first point of group ``g``."""
+        return self.groups[g][0][0]
+
+    def pad(self, g: int) -> int:
+        """The batch size of group ``g``'s program."""
+        return min(self.groups[g][2], self.group_runs(g))
+
+    def resized(self, chunk: int) -> ChunkPlan:
+        """The same groups cut into chunks of ``chunk`` runs."""
+        return ChunkPlan([(m, p, chunk) for m, p, _ in self.groups], self.facts)
+
+
 def chunk_plan(
     points: Sequence[Mapping[str, Any]],
     structure_key: Callable[[Mapping[str, Any]], str],
     *,
     paths: Callable[[Mapping[str, Any]], int],
     size: Callable[[Mapping[str, Any]], int],
-) -> list[Chunk]:
+    facts: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> ChunkPlan:
     """Points grouped by ``structure_key`` (one program per group, in order of first
     appearance); each group's runs ``(run_id, path)`` (``paths`` of its first point per
     point) cut into chunks of ``size`` (of its first point) runs, all padded to the
-    group's batch shape."""
+    group's batch shape. ``facts`` (of each group's first point, evaluated with the
+    key) are kept as the plan's ``facts``. A :class:`~rankflow.config.points.Points` is
+    grouped by its structural axes, each group's members by index arithmetic."""
+
+    def learn(point):
+        return paths(point), size(point), facts(point) if facts is not None else None
+
     if isinstance(points, Points):  # keyed once per structure, not once per point
-        groups = points.groups(structure_key)
+        found = [(m, *m.also) for m in points.groups(structure_key, also=learn)]
     else:
         by_key: dict[str, list[int]] = {}
         for i, point in enumerate(points):
             by_key.setdefault(structure_key(point), []).append(i)
-        groups = list(by_key.values())
-    runs_n = sum(len(members) * paths(points[members[0]]) for members in groups)
+        found = [(m, *learn(points[m[0]])) for m in by_key.values()]
+    runs_n = sum(len(members) * p for members, p, _, _ in found)
     check_size(runs_n, f"{len(points):,} points × their dynamics.paths")
-    chunks: list[Chunk] = []
-    for g, members in enumerate(groups):
-        first = points[members[0]]
-        runs = [(i, path) for i in members for path in range(paths(first))]
-        n = size(first)
-        pad = min(n, len(runs))
-        for start in range(0, len(runs), n):
-            chunks.append(Chunk(len(chunks), g, tuple(runs[start : start + n]), pad))
-    return chunks
+    return ChunkPlan([(m, p, n) for m, p, n, _ in found], [f for *_, f in found])
 
 
-def plan(family: Family, cfg: Mapping[str, Any], chunk: int | None = None):
+def plan(family: Family, cfg: Mapping[str, Any], chunk: int | None = None, facts=None):
     """``(points, chunks)`` of a family's resolved config; ``chunk`` runs per chunk
-    (default: the family's ``chunk_size`` of each structure)."""
+    (default: the family's ``chunk_size`` of each structure); ``facts``: see
+    :func:`chunk_plan`."""
     points = family.schema.expand(cfg)
     chunks = chunk_plan(
         points,
         family.schema.structure_key,
         paths=family.paths,
         size=lambda point: chunk or family.chunk_size(point),
+        facts=facts,
     )
     return points, chunks
 
@@ -89,7 +146,8 @@ def checked_plan(
     family: Family, cfg: Mapping[str, Any], chunk: int | None, executor: str = "local"
 ):
     """``(chunk, points, chunks)``: the plan of :func:`plan`, checked before anything
-    compiles, for the first point of each structure, each check O(1) in the sizes:
+    compiles, on the first point of each structure (made once, as it is grouped), each
+    check O(1) in the sizes:
 
     - a run saving more than :func:`~.resources.max_saves` times is refused (the
       family's ``saves(point)``);
@@ -97,58 +155,65 @@ def checked_plan(
       free is refused, naming the estimate and the keys that set it (``run_bytes``,
       ``memory_parts``, ``shared_bytes``: what a chunk's runs share), and chunks that do
       not fit are shrunk (``chunk``: the size used);
-    - a sweep whose results tables (``result_bytes`` per run) would not fit in memory
-      when read back is refused;
-    - then the family's ``check(point)``, where it has one (a custom loss is evaluated
-      once)."""
-    points, chunks = plan(family, cfg, chunk)
-    firsts = {c.group: points[c.runs[0][0]] for c in chunks}
-    saves = getattr(family, "saves", None)
-    for point in firsts.values() if saves is not None else ():
-        check_saves(*saves(point))
-    if executor == "local" and getattr(family, "run_bytes", None) is not None:
-        free, where = device_memory()
-        fit = _fit(family, firsts, chunks, chunk, free, where)
+    - the family's ``check(point)``, where it has one (a custom loss is evaluated once);
+    - then a sweep whose results tables (``result_bytes`` per run) would not fit in
+      memory when read back is refused."""
+    local = executor == "local" and getattr(family, "run_bytes", None) is not None
+    free, where = device_memory() if local else (0, "")
+    learn = partial(_facts, family, free=free, where=where, local=local)
+    points, chunks = plan(family, cfg, chunk, facts=learn)
+    if local:
+        fit = _fit(chunks, chunk, free)
         if fit != chunk:
             print(
                 f"rankflow: chunks of {chunks[0].pad_to} runs need more than the {_gib(free)} "
                 f"free on the {where}; running chunks of {fit} runs (--chunk)",
                 file=sys.stderr,
             )
-            chunk = fit
-            points, chunks = plan(family, cfg, chunk)
-    result_bytes = getattr(family, "result_bytes", None)
-    if result_bytes is not None:  # read back into this process's memory at the end
-        rows: dict[int, int] = {}
-        for c in chunks:
-            rows[c.group] = rows.get(c.group, 0) + c.rows
-        total = sum(n * result_bytes(firsts[g]) for g, n in rows.items())
-        runs = sum(rows.values())
+            chunk, chunks = fit, chunks.resized(fit)
+    if getattr(family, "result_bytes", None) is not None:  # read back at the end
+        total = sum(chunks.group_runs(g) * f["result"] for g, f in enumerate(chunks.facts))
         fix = "sweep fewer points or save less often"
-        check_fits(total, ["sweep"], f"{runs:,} runs", "its results table", host_memory(), fix)
-    check = getattr(family, "check", None)
-    if check is not None:
-        for point in firsts.values():
-            check(point)
+        runs = f"{chunks.runs:,} runs"
+        check_fits(total, ["sweep"], runs, "its results table", host_memory(), fix)
     return chunk, points, chunks
 
 
-def _fit(family, firsts, chunks, chunk, free: int, where: str) -> int | None:
-    """The chunk size that fits ``free`` bytes (``chunk`` when every chunk does);
-    refuses a structure one run of which does not."""
-    room = budget(free)
-    shared_bytes = getattr(family, "shared_bytes", None)
-    fit = chunk
-    pad = {c.group: c.pad_to for c in chunks}
-    for group, point in firsts.items():
-        one = family.run_bytes(point)
-        shared = shared_bytes(point) if shared_bytes is not None else 0
-        if shared + one > room:
+def _facts(family, point, *, free: int, where: str, local: bool) -> dict[str, int]:
+    """What :func:`checked_plan` needs of a structure, from its first point, refusing
+    it at once where a check fails: its saves, a run that cannot fit ``free`` bytes,
+    the family's own check."""
+    saves = getattr(family, "saves", None)
+    if saves is not None:
+        check_saves(*saves(point))
+    out = {"one": 0, "shared": 0, "result": 0}
+    if local:
+        shared_bytes = getattr(family, "shared_bytes", None)
+        out["one"] = family.run_bytes(point)
+        out["shared"] = shared_bytes(point) if shared_bytes is not None else 0
+        if out["shared"] + out["one"] > budget(free):
             parts = getattr(family, "memory_parts", None)
             keys = dominant_keys(parts(point)) if parts is not None else family.size_keys
-            check_fits(shared + one, keys, sizes_text(point, keys), free=(free, where))
-        if shared + pad[group] * one > room:
-            fit = min(fit or pad[group], max(1, (room - shared) // one))
+            check_fits(
+                out["shared"] + out["one"], keys, sizes_text(point, keys), free=(free, where)
+            )
+    result_bytes = getattr(family, "result_bytes", None)
+    if result_bytes is not None:
+        out["result"] = result_bytes(point)
+    check = getattr(family, "check", None)
+    if check is not None:
+        check(point)
+    return out
+
+
+def _fit(chunks: ChunkPlan, chunk: int | None, free: int) -> int | None:
+    """The chunk size that fits ``free`` bytes (``chunk`` when every chunk does)."""
+    room = budget(free)
+    fit = chunk
+    for g, f in enumerate(chunks.facts):
+        pad, one, shared = chunks.pad(g), f["one"], f["shared"]
+        if shared + pad * one > room:
+            fit = min(fit or pad, max(1, (room - shared) // one))
     return fit
 
 
