@@ -29,7 +29,7 @@ from typing import Any
 
 from ..config import fields as schema_lib
 from ..config.fields import BOOL, INT, LIST, NUM, STR, ConfigError, Field, choice, ge, gt, suggest
-from ..config.points import Points, validated
+from ..config.points import Points, shared_base, validated
 from ..core.vocabulary import MAX_STEPS, schedule_error
 from ..numerics import solve as solve_lib
 
@@ -473,7 +473,7 @@ def resolve(
     # Checked now, before anything compiles: every point, or a large sweep's
     # representatives (rankflow.config.points.Points.representatives).
     points = expand(cfg)
-    return schema_lib.shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
+    return shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
 
 
 def expand(cfg: Mapping[str, Any]) -> Points:

@@ -61,7 +61,6 @@ __all__ = [
     "read_config",
     "renamed_error",
     "set_dotted",
-    "shared_base",
     "structure_key",
     "suggest",
     "top_fields",
@@ -245,7 +244,18 @@ def traced_in(schema: Schema, section: str) -> tuple[str, ...]:
 
 def keys_of(schema: Schema) -> tuple[str, ...]:
     """A schema's dotted keys, in schema order."""
-    return tuple(f"{s}.{k}" if s else k for s, fs in schema.items() for k in fs)
+    return tuple(key for key, _, _ in _dotted(schema))
+
+
+_DOTTED: dict[int, tuple[Schema, list[tuple[str, str, str]]]] = {}  # id → (schema, rows)
+
+
+def _dotted(schema: Schema) -> list[tuple[str, str, str]]:
+    """``(dotted key, section, name)`` of each field, made once per schema."""
+    if _DOTTED.get(id(schema), (None,))[0] is not schema:
+        rows = [(f"{s}.{k}" if s else k, s, k) for s, fs in schema.items() for k in fs]
+        _DOTTED[id(schema)] = (schema, rows)
+    return _DOTTED[id(schema)][1]
 
 
 def field(key: str, schema: Schema) -> Field:
@@ -378,7 +388,7 @@ def get_dotted(cfg: Mapping, key: str) -> Any:
 
 def flatten(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
     """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
-    return {key: get_dotted(cfg, key) for key in keys_of(schema)}
+    return {key: (cfg[sec] if sec else cfg)[name] for key, sec, name in _dotted(schema)}
 
 
 # --- renamed keys ----------------------------------------------------------------------
@@ -502,7 +512,8 @@ def copy_config(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
         fields = schema.get(sec) if sec else None
         if type(value) is dict and fields is not None:
             out[sec] = {
-                k: v if callable(v) and k in fields else _copied(v) for k, v in value.items()
+                k: v if type(v) in _ATOMS or callable(v) and k in fields else _copied(v)
+                for k, v in value.items()
             }
         else:
             out[sec] = value if callable(value) and sec in top else _copied(value)
@@ -577,24 +588,3 @@ def structure_key(point: Mapping[str, Any], schema: Schema, traced: Iterable[str
             name = getattr(v, "__qualname__", type(v).__qualname__)
             flat[k] = f"{getattr(v, '__module__', '?')}.{name}#{id(v)}"
     return json.dumps(flat, sort_keys=True)
-
-
-def shared_base(
-    cfg: Mapping[str, Any], points: list[Mapping[str, Any]], schema: Schema
-) -> dict[str, Any]:
-    """``cfg`` with every key the sweep does not vary set to the value all ``points``
-    share, where they share one: the saved config then holds the derived values (a
-    diagonal problem's m, the solver's default method, ...) that every run used, however
-    the sweep is made. A key whose derived value differs between points keeps its given
-    value; the points hold theirs."""
-    out = copy_config(cfg, schema)
-    if not points:
-        return out
-    swept = set(cfg.get("sweep") or {})
-    flats = [flatten(p, schema) for p in points]
-    for key, value in flats[0].items():
-        if key in swept or value == get_dotted(cfg, key):
-            continue
-        if all(f[key] == value for f in flats[1:]):
-            set_dotted(out, key, value, schema)
-    return out

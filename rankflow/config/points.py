@@ -11,12 +11,20 @@ import copy
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .fields import ConfigError, Schema, copy_config, env_limit, get_dotted, set_dotted
+from .fields import (
+    ConfigError,
+    Schema,
+    copy_config,
+    env_limit,
+    flatten,
+    get_dotted,
+    set_dotted,
+)
 
 __all__ = [
     "EXACT_CHECK",
@@ -25,6 +33,7 @@ __all__ = [
     "OnDemand",
     "Points",
     "max_structures",
+    "shared_base",
     "validated",
 ]
 
@@ -323,6 +332,28 @@ def _strides(shape: Sequence[int]) -> list[int]:
         out.append(step)
         step *= size
     return out[::-1]
+
+
+def shared_base(
+    cfg: Mapping[str, Any], points: Iterable[Mapping[str, Any]], schema: Schema
+) -> dict[str, Any]:
+    """``cfg`` with every key the sweep does not vary set to the value all ``points``
+    share, where they share one: the saved config then holds the derived values (a
+    diagonal problem's m, the solver's default method, ...) that every run used, however
+    the sweep is made. A key whose derived value differs between points keeps its given
+    value; the points hold theirs. One pass over ``points``."""
+    out = copy_config(cfg, schema)
+    swept = set(cfg.get("sweep") or {})
+    shared: dict[str, Any] | None = None
+    for point in points:
+        flat = flatten(point, schema)
+        if shared is None:
+            shared = {k: v for k, v in flat.items() if k not in swept and v != get_dotted(cfg, k)}
+        else:
+            shared = {k: v for k, v in shared.items() if flat[k] == v}
+    for key, value in (shared or {}).items():
+        set_dotted(out, key, value, schema)
+    return out
 
 
 def validated(

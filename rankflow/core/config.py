@@ -43,7 +43,7 @@ from ..config.fields import (
     parse_set,
     seed_range,
 )
-from ..config.points import Points, validated
+from ..config.points import Points, shared_base, validated
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .vocabulary import (
     CONTINUOUS_DYNAMICS,
@@ -448,7 +448,7 @@ def resolve(
 ) -> dict[str, Any]:
     """Load, override, fill defaults and validate every point of the sweep. Returns the
     base config, holding the derived values every point shares (see
-    :func:`rankflow.config.fields.shared_base`); its ``sweep`` table is validated but not
+    :func:`rankflow.config.points.shared_base`); its ``sweep`` table is validated but not
     expanded: see :func:`expand`.
 
     Examples:
@@ -469,7 +469,7 @@ def resolve(
     checked = [points[i] for i in points.representatives()]
     warn_deterministic(checked)
     warn_narrow(checked)
-    return schema_lib.shared_base(cfg, checked, SCHEMA)
+    return shared_base(cfg, checked, SCHEMA)
 
 
 def expand(cfg: Mapping[str, Any]) -> Points:
