@@ -8,11 +8,15 @@ and sets the function it runs (``func``): ``run`` (also ``sweep``), ``plot``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 
 from ..config.fields import ConfigError
 from ..engine import devices
+from ..engine.executors import abandoned_chunk, interruptible
 from . import attention, compare, demo, info, inspect, plot, reproduce, run
 
 __all__ = ["build_parser", "main"]
@@ -48,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     status 141, as SIGPIPE ends other commands (Python's note on SIGPIPE: what is left
     to write goes to the null device).
 
+    Ctrl-C is seen within a fraction of a second even while a chunk computes (each runs
+    in a worker thread: :func:`rankflow.engine.executors.interruptible`); the chunk is
+    abandoned, and when its worker is still computing the process ends at once
+    (``os._exit(130)``) after the line, without waiting for it. A second Ctrl-C while
+    the first is handled ends it at once too.
+
     Before the command starts JAX, it asks for one CPU device per physical core
     (``RANKFLOW_CPU_DEVICES`` and XLA's flag choose otherwise) and single-threaded Eigen:
     :func:`rankflow.engine.devices.configure`, which leaves JAX's count, without an
@@ -65,8 +75,14 @@ def main(argv: list[str] | None = None) -> int:
 def _command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     devices.configure(via=devices.COMMAND)
+    with _second_interrupt_exits(args):
+        return _call(args)
+
+
+def _call(args: argparse.Namespace) -> int:
     try:
-        return args.func(args)
+        with interruptible():
+            return args.func(args)
     except ConfigError as e:
         return _fail(str(e), 2)
     except BrokenPipeError:
@@ -75,10 +91,68 @@ def _command(argv: list[str] | None) -> int:
         where = f" {e.filename}" if e.filename else ""
         return _fail(f"{e.strerror or e}:{where}" if e.strerror else str(e), 1)
     except KeyboardInterrupt:
-        resumable = hasattr(args, "resume") and getattr(args, "out", None)
-        hint = "; `--resume` continues" if resumable else ""
-        print(f"rankflow: interrupted{hint}", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
+        args.interrupt_said = True
+        if abandoned_chunk():  # XLA is still computing it: do not wait for it
+            _exit_now()
         return INTERRUPTED
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    """The line Ctrl-C prints: how to continue, where the command can."""
+    if hasattr(args, "resume") and getattr(args, "out", None):
+        return (
+            f"rankflow: interrupted; the finished chunks are kept in {args.out}: run the "
+            "same command with --resume to continue"
+        )
+    return "rankflow: interrupted"
+
+
+@contextlib.contextmanager
+def _second_interrupt_exits(args: argparse.Namespace):
+    """While the block runs, the first SIGINT raises ``KeyboardInterrupt`` as usual and
+    a second one ends the process at once (exit 130). Only where SIGINT has Python's
+    default handler, in the main thread: a job started with SIGINT ignored keeps it so."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+
+    def second(signum, frame):
+        if not getattr(args, "interrupt_said", False):
+            _say_now(_interrupted(args))
+        _exit_now()
+
+    def first(signum, frame):
+        signal.signal(signal.SIGINT, second)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _say_now(line: str) -> None:
+    """Write ``line`` to stderr from a signal handler: straight to its file descriptor
+    (the interrupted code may be inside a print to it), else through ``print``."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (stderr captured)
+        print(line, file=sys.stderr)
+    else:
+        os.write(fd, f"{line}\n".encode())
+
+
+def _exit_now() -> None:
+    """End the process with exit status 130 now, what was printed flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(INTERRUPTED)
 
 
 def _stdout_to_devnull() -> None:

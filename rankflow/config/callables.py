@@ -69,7 +69,8 @@ UNHASHABLE_CODE = "#code=unhashable"
 def callable_identity(fn: Callable) -> str:
     """``module:qualname#code=HASH`` of a custom loss: HASH covers its bytecode,
     constants, names, defaults and closure values, recursively through nested code and
-    functions, so two different lambdas differ (the globals it reads are not covered).
+    functions, so two different lambdas differ (the globals it reads are not: the
+    results folder's record, :func:`rankflow.config.usercode.code_record`, covers them).
     Where that cannot be computed (a builtin, a closure over an object of unknown
     content): ``module:qualname`` + :data:`UNHASHABLE_CODE`."""
     import hashlib

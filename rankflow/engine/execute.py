@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..config.callables import UNHASHABLE_CODE
 from . import store
-from .executors import check_executor, finished_chunks, run_chunks, submit
+from .executors import check_executor, finished_chunks, run_chunks, submit, user_code
 from .family import Family
 from .plan import checked_plan
 from .programs import enable_compilation_cache
@@ -82,14 +82,21 @@ def has_chunks(out: str | Path, tables: Sequence[str]) -> bool:
     return any(any((Path(out) / t).glob("chunk-*.parquet")) for t in tables)
 
 
-def not_resumable(config: Mapping[str, Any]) -> str | None:
+def not_resumable(
+    config: Mapping[str, Any], code: Mapping[str, Mapping[str, Any]] | None = None
+) -> str | None:
     """Why a sweep of the JSON config cannot be resumed (a callable whose code cannot
-    be hashed: :func:`rankflow.config.callables.callable_identity`), or None."""
+    be hashed: :func:`rankflow.config.callables.callable_identity`; or one reaching a
+    value whose content cannot be: ``code``, :func:`rankflow.config.usercode.code_of`),
+    or None."""
     flat = store.flat(config)
     for key, value in flat.items():
         if isinstance(value, str) and value.endswith(UNHASHABLE_CODE):
             name = value.removesuffix(UNHASHABLE_CODE)
             return f"{key} = {name} has code that cannot be hashed, so its identity is unknown"
+    for name, record in (code or {}).items():
+        if "unhashable" in record:
+            return f"{name} reaches {record['unhashable']}, so a change to it could not be detected"
     return None
 
 
@@ -99,6 +106,7 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
     finished, redone, ident = set(), [], None
     if out is not None:
         config = family.schema.to_json(cfg)
+        code = user_code(family, cfg)
         ident = store.prepare(
             out,
             config,
@@ -107,7 +115,8 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
             resume=resume,
             tables=family.tables,
             runs=sum(c.rows for c in chunks),
-            not_resumable=not_resumable(config),
+            not_resumable=not_resumable(config, code),
+            code=code,
         )
         finished, redone = finished_chunks(family, out, points, chunks, ident)
         for what in redone:

@@ -1,16 +1,26 @@
 """Where a sweep's chunks run: in this process (``local``, every local device) or as a
-SLURM job array through submitit (``submitit``), writing into the same directory."""
+SLURM job array through submitit (``submitit``), writing into the same directory.
+
+Under :func:`interruptible` (the ``rankflow`` command) each local chunk is computed in a
+worker thread while the main thread waits in 0.1 s slices, so Ctrl-C is seen at once
+even while XLA runs a chunk for minutes: the chunk is abandoned (only the main thread
+writes chunk files, after the worker has finished), the finished chunks stay, and the
+command exits without waiting for the worker (:func:`abandoned_chunk`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..config.fields import ConfigError
+from ..config.usercode import code_changes, code_hash, code_of
 from . import store
 from .family import Family
 from .plan import Chunk, plan, resource_error, swept_structure_keys
@@ -19,15 +29,73 @@ from .progress import progress
 
 __all__ = [
     "EXECUTORS",
+    "abandoned_chunk",
     "array_task",
     "check_executor",
     "finished_chunks",
+    "interruptible",
     "run_chunks",
     "submit",
     "sweep_identity",
+    "user_code",
 ]
 
 EXECUTORS = ("local", "submitit")
+# The name of the thread that computes a chunk under :func:`interruptible`.
+WORKER = "rankflow-chunk"
+# How often the main thread wakes while a worker computes (what Ctrl-C waits for).
+SLICE_S = 0.1
+_interruptible = False
+# The workers' "finished" events (a worker's Thread.is_alive() is not to be trusted
+# after a KeyboardInterrupt interrupted its join: CPython 3.11 then marks it stopped).
+_running: set[threading.Event] = set()
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """While the block runs, compute each local chunk in a worker thread that the main
+    thread joins in :data:`SLICE_S` slices (see the module docstring): Ctrl-C raises
+    ``KeyboardInterrupt`` within a fraction of a second whatever the chunk's length.
+    The ``rankflow`` command's mode; the Python API computes in the calling thread (a
+    chunk abandoned there would go on computing in the background)."""
+    global _interruptible
+    before, _interruptible = _interruptible, True
+    try:
+        yield
+    finally:
+        _interruptible = before
+
+
+def abandoned_chunk() -> bool:
+    """Whether a chunk's worker thread is still computing (its chunk abandoned when
+    Ctrl-C stopped the main thread): a command exits without waiting for it."""
+    return any(not done.is_set() for done in _running)
+
+
+def _compute(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: in a worker thread under :func:`interruptible` (from the main
+    thread), else here."""
+    if not _interruptible or threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    _running.add(done)
+    threading.Thread(target=work, name=WORKER, daemon=True).start()
+    while not done.wait(SLICE_S):  # a signal interrupts the wait: KeyboardInterrupt here
+        pass
+    _running.discard(done)
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]
 
 
 def finished_chunks(
@@ -80,7 +148,7 @@ def run_chunks(
     with progress(total, total - sum(c.rows for c in todo), quiet) as bar:
         for c in todo:
             try:
-                tables = family.run_chunk(points, c, swept)
+                tables = _compute(family.run_chunk, points, c, swept)
             except Exception as e:
                 oom = resource_error(e, family, points[c.runs[0][0]], c.rows)
                 if oom is None:
@@ -104,7 +172,21 @@ def sweep_identity(
     ident = store.identity_of(manifest)
     if ident.config_hash != store.config_hash(family.schema.to_json(cfg)) or ident.chunks != chunks:
         raise ConfigError(f"--out: {out} holds another sweep than this task's; not writing")
+    code = user_code(family, cfg)
+    if code_hash(code) != ident.code:  # the user's code was edited after submission
+        changed = code_changes(manifest.get("code") or {}, code) or "its user code"
+        raise ConfigError(
+            f"--out: {out} was started with another version of {changed}; not writing"
+        )
     return ident
+
+
+def user_code(family: Family, cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The identity of the user code a family's resolved config names (a custom loss):
+    :func:`rankflow.config.usercode.code_of` over the fields its schema marks
+    ``callables``; empty for a family without such fields."""
+    schema = getattr(family.schema, "SCHEMA", None)
+    return code_of(cfg, schema) if schema is not None else {}
 
 
 def array_task(

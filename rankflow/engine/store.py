@@ -2,7 +2,9 @@
 
 ```
 DIR/config.json            resolved config, package versions, devices, git commit
-DIR/manifest.json          config hash, chunk size and count: what resuming must match
+DIR/manifest.json          config hash, chunk size and count, the user code's record
+                           (a custom loss: rankflow.config.usercode): what resuming
+                           must match
 DIR/results.parquet/       the tidy table, one parquet file per finished chunk
     chunk-00000.parquet
 DIR/submitit/              logs of SLURM array tasks (``--executor submitit``)
@@ -13,11 +15,11 @@ DIR/.rankflow.lock         the marker that rankflow made DIR, and the writer's l
 Every file is written atomically (a hidden temporary file, then a rename), so a
 reader — or a resumed sweep — never sees a half-written one; parquet readers skip the
 hidden temporaries. Every chunk records its sweep's :class:`Identity` (config hash,
-plan, index) in its parquet metadata: resuming and ``load(DIR)`` take only the chunks
-of the manifest's config and plan, name the others (foreign, duplicate, stray), and
-``load`` warns (or, ``strict``, raises) when chunks are missing. Who may write a
-directory (one writer at a time, never a folder that is not rankflow's) is
-:mod:`rankflow.engine.writer`'s.
+plan, index, the user code's hash) in its parquet metadata: resuming and ``load(DIR)``
+take only the chunks of the manifest's config, plan and code, name the others (foreign,
+duplicate, stray), and ``load`` warns (or, ``strict``, raises) when chunks are missing.
+Who may write a directory (one writer at a time, never a folder that is not rankflow's)
+is :mod:`rankflow.engine.writer`'s; ``load`` needs only the manifest and the chunks.
 """
 
 from __future__ import annotations
@@ -25,11 +27,9 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import subprocess
-import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -38,6 +38,8 @@ from typing import Any
 import pandas as pd
 
 from ..config.fields import ConfigError
+from ..config.usercode import code_changes, code_hash
+from .files import atomic_write, write_outputs
 
 __all__ = [
     "STATUS",
@@ -78,94 +80,6 @@ PACKAGES = (
     "pandas",
     "pyarrow",
 )
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write ``path`` through ``write(tmp)`` on a hidden temporary file of the same
-    folder, then rename it into place: readers see the old file or the new, never a
-    half-written one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    # mkstemp makes the file private (0600); a results file gets the usual mode.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_outputs(
-    out: Path,
-    marker: str,
-    meta: Mapping[str, Any],
-    files: Mapping[str, Any],
-    later: Callable[[], Mapping[str, Any]] | None = None,
-) -> list[str]:
-    """Write every entry of ``files`` atomically into ``out``, then those of ``later()``
-    (made only then: figures are drawn after the tables are written), then the marker
-    file ``marker``: ``meta`` with the list of outputs. An entry is ``name: value``: a
-    table (written as parquet or CSV by the name's suffix), a text, a ``write(path)``,
-    or None for a file the caller has already written. The old marker goes first, so a
-    directory whose marker exists is complete; the previous run's outputs that this run
-    did not write go last, so a rerun replaces them as a whole (a run that fails leaves
-    them, and the rerun that succeeds removes them). Returns the names written."""
-
-    def writer(name: str, value: Any) -> Callable:
-        if isinstance(value, pd.DataFrame):
-            if name.endswith(".csv"):
-                return lambda p: value.to_csv(p, index=False)
-            return lambda p: value.to_parquet(p, index=False)
-        if isinstance(value, str):
-            return lambda p: Path(p).write_text(value)
-        return value
-
-    out.mkdir(parents=True, exist_ok=True)
-    # The previous outputs, kept beside the marker until the new marker lists this run's.
-    pending = out / f".{marker}.previous"
-    previous = sorted(set(_outputs_of(out / marker)) | set(_outputs_of(pending)))
-    if previous:
-        atomic_write(pending, lambda p: Path(p).write_text(json.dumps({"outputs": previous})))
-    (out / marker).unlink(missing_ok=True)  # no marker until everything below is written
-    for name, value in files.items():
-        if value is not None:
-            atomic_write(out / name, writer(name, value))
-    more = later() if later else {}
-    for name, value in more.items():
-        if value is not None:
-            atomic_write(out / name, writer(name, value))
-    written = [*files, *more]
-    meta = dict(meta, outputs=written)
-    atomic_write(out / marker, writer(marker, json.dumps(meta, indent=2, default=str)))
-    _remove_stale(out, previous, {*written, marker})
-    pending.unlink(missing_ok=True)
-    return written
-
-
-def _outputs_of(path: Path) -> list[str]:
-    """The ``outputs`` a marker file lists; none when it is absent or unreadable."""
-    try:
-        names = json.loads(path.read_text()).get("outputs")
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-
-
-def _remove_stale(out: Path, previous: Iterable[str], written: set[str]) -> None:
-    """Remove each file of ``previous`` not in ``written``: only plain files (or links)
-    at a relative name inside ``out``, never a directory, a hidden name (the lock, a
-    temporary) or a path that leaves ``out``."""
-    for name in previous:
-        parts = Path(name).parts
-        if name in written or not parts or parts[0].startswith((".", "/")) or ".." in parts:
-            continue
-        path = out / name
-        if path.is_symlink() or path.is_file():
-            path.unlink(missing_ok=True)
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
@@ -244,18 +158,22 @@ class ResultsError(ConfigError):
 @dataclass(frozen=True)
 class Identity:
     """What every chunk file of a sweep records (parquet key-value metadata
-    ``rankflow``): its config's hash and plan; ``legacy``: a directory written before
-    chunks recorded it (its unmarked chunks are its own)."""
+    ``rankflow``): its config's hash and plan, and the hash of the user code it ran
+    (``code``: a custom loss, :func:`rankflow.config.usercode.code_hash`; None where
+    there is none); ``legacy``: a directory written before chunks recorded it (its
+    unmarked chunks are its own)."""
 
     config_hash: str
     chunk_size: int | None
     chunks: int
     legacy: bool = False
+    code: str | None = None
 
     def record(self, index: int) -> bytes:
         """The metadata of chunk ``index``."""
         plan = {"chunk_size": self.chunk_size, "chunks": self.chunks, "chunk": index}
-        return json.dumps({"config_hash": self.config_hash, **plan}).encode()
+        code = {"code": self.code} if self.code is not None else {}
+        return json.dumps({"config_hash": self.config_hash, **plan, **code}).encode()
 
 
 def read_manifest(out: str | Path) -> dict[str, Any]:
@@ -265,9 +183,30 @@ def read_manifest(out: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
         if not isinstance(manifest, dict) or not {"config_hash", "chunks"} <= manifest.keys():
             raise ValueError("missing config_hash or chunks")
+        _check_manifest_types(manifest)
     except (OSError, ValueError) as e:
         raise ResultsError(f"{path}: corrupt manifest ({e}); rerun into a new --out") from None
     return manifest
+
+
+def _check_manifest_types(manifest: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first entry of a manifest of the wrong type (an
+    edited file): resuming and reading compare and count with them."""
+
+    def count(v: Any, optional: bool) -> bool:
+        return (v is None and optional) or (type(v) is int and v >= 0)
+
+    wrong = [
+        ("config_hash", "a string", isinstance(manifest["config_hash"], str)),
+        ("chunks", "a count", count(manifest["chunks"], False)),
+        ("chunk_size", "a count or null", count(manifest.get("chunk_size"), True)),
+        ("runs", "a count or null", count(manifest.get("runs"), True)),
+        ("format", "a count", count(manifest.get("format", 1), False)),
+        ("code", "a table", isinstance(manifest.get("code", {}), dict)),
+    ]
+    for key, what, ok in wrong:
+        if not ok:
+            raise ValueError(f"{key} = {json.dumps(manifest.get(key))} is not {what}")
 
 
 def identity_of(manifest: Mapping[str, Any]) -> Identity:
@@ -277,6 +216,7 @@ def identity_of(manifest: Mapping[str, Any]) -> Identity:
         manifest.get("chunk_size"),
         manifest["chunks"],
         legacy=manifest.get("format", 1) < FORMAT,
+        code=code_hash(manifest.get("code")),
     )
 
 
@@ -290,13 +230,15 @@ def prepare(
     tables: tuple[str, ...] = (RESULTS,),
     runs: int | None = None,
     not_resumable: str | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> Identity:
     """Open ``out`` for a sweep of ``config`` (``runs`` runs in ``chunks`` chunks): a new
     directory gets its manifest and config.json; an existing one must hold the same
-    config and plan (and is resumed only when ``resume``, and never when
-    ``not_resumable`` says why not). Raises ``ConfigError`` naming the differences
-    otherwise. ``tables``: the chunked tables the sweep writes. Returns the identity
-    its chunks must record."""
+    config, plan and user code (``code``: :func:`rankflow.config.usercode.code_of`),
+    and is resumed only when ``resume``, and never when ``not_resumable`` says why not.
+    Raises ``ConfigError`` in one line naming the differences otherwise, before
+    anything in ``out`` changes. ``tables``: the chunked tables the sweep writes.
+    Returns the identity its chunks must record."""
     out = Path(out)
     manifest = {
         "config_hash": config_hash(config),
@@ -306,6 +248,8 @@ def prepare(
         "runs": runs,
         "format": FORMAT,
     }
+    if code:
+        manifest["code"] = dict(code)
     mpath = out / MANIFEST
     if mpath.is_file():
         old = read_manifest(out)
@@ -331,6 +275,7 @@ def prepare(
 
 
 def _check_resume(out, old, manifest, resume, not_resumable) -> None:
+    _check_code(out, old.get("code"), manifest.get("code"))
     if old["config_hash"] != manifest["config_hash"]:
         raise ConfigError(
             f"--out: {out} holds results of another config "
@@ -357,6 +302,24 @@ def _check_resume(out, old, manifest, resume, not_resumable) -> None:
         )
 
 
+def _check_code(out, old: Mapping | None, new: Mapping | None) -> None:
+    """Refuse to resume ``out`` when the user code its sweep ran has changed since (or
+    was not recorded, by an earlier rankflow): its table would mix two versions."""
+    start = f"run into a new folder (--out NEW), or delete {out} to start it again"
+    if new and old is None:
+        names = ", ".join(new)
+        raise ConfigError(
+            f"--out: {out}/{MANIFEST} records no version of {names} (written by an "
+            f"earlier rankflow), so a change to it since cannot be ruled out; {start}"
+        )
+    changed = code_changes(old or {}, new or {})
+    if changed:
+        raise ConfigError(
+            f"--out: {out} was run with another version of {changed}; resuming would mix "
+            f"results of the two versions in one table: {start}"
+        )
+
+
 def chunk_problem(path: Path, index: int, ident: Identity) -> str | None:
     """Why the file ``path``, at plan index ``index``, is not a chunk of the sweep
     ``ident`` (foreign, of another plan, a duplicate of another index, unreadable), or
@@ -376,6 +339,8 @@ def chunk_problem(path: Path, index: int, ident: Identity) -> str | None:
         return f"belongs to another config (hash {rec.get('config_hash')}; foreign)"
     if (rec.get("chunk_size"), rec.get("chunks")) != (ident.chunk_size, ident.chunks):
         return f"belongs to another plan ({rec.get('chunks')} chunks; foreign)"
+    if rec.get("code") != ident.code:
+        return "was computed by another version of the custom loss's code (foreign)"
     if rec.get("chunk") != index:
         return f"is a copy of chunk {rec.get('chunk')} (a duplicate)"
     return None
@@ -392,6 +357,14 @@ def stray_files(out: str | Path, ident: Identity, table: str = RESULTS) -> list[
         elif f != chunk_path(out, index, table):
             found.append(f"{f.name} is a second file for chunk {index} (a duplicate)")
     return found
+
+
+def _refuse_directory(p: Path) -> None:
+    if p.is_dir():
+        raise ResultsError(
+            f"{p}: is a directory, not a chunk file; remove it (--resume then runs that "
+            "chunk again)"
+        )
 
 
 def _index_of(f: Path) -> int | None:
@@ -414,6 +387,7 @@ def finished_chunks(
         p = chunk_path(out, c.index, table)
         if not p.exists():
             continue
+        _refuse_directory(p)
         problem = chunk_problem(p, c.index, ident) if ident is not None else None
         try:
             read = pq.read_table(p, columns=["run_id", "path"])
@@ -540,6 +514,7 @@ def _read_checked(p: Path, table: str, strict: bool) -> pd.DataFrame:
         f = chunk_path(p, i, table)
         if not f.exists():
             continue
+        _refuse_directory(f)
         problem = chunk_problem(f, i, ident)
         if problem == "was corrupt or partial":
             raise ResultsError(f"{f}: damaged chunk; --resume redoes it")

@@ -85,9 +85,27 @@ def check_out(out: str | Path, kind: str, option: str = "--out") -> None:
             f"{option}: {out} holds rankflow {have} results, not {kind}; "
             f"choose a new or empty directory"
         )
+    if _lost_marker(p):
+        raise ConfigError(
+            f"{option}: {p / LOCK} is missing: {out} holds a rankflow manifest.json but "
+            f"not the marker that says rankflow made it (deleted by hand?); to write into "
+            f'{out} again, recreate the marker: echo \'{{"kind": "{kind}"}}\' > {p / LOCK}'
+        )
     raise ConfigError(
         f"{option}: {out} holds {names[0]} (not made by rankflow); choose a new or empty directory"
     )
+
+
+def _lost_marker(p: Path) -> bool:
+    """Whether ``p``, which has no marker, holds what a rankflow sweep or tracker writes
+    (a manifest.json with a config hash): its marker was removed by hand."""
+    if (p / LOCK).exists():
+        return False
+    try:
+        manifest = json.loads((p / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "config_hash" in manifest
 
 
 def _holder_line(h: dict) -> str:

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -545,43 +542,25 @@ def test_a_chunk_too_large_for_the_device_is_shrunk(monkeypatch, capsys):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
-    """SIGINT while a sweep runs: one line saying `--resume` continues, exit 130; only
-    finished chunks are left, and the resumed sweep completes."""
+    """SIGINT during a chunk that would take minutes (issue #34): one line saying how to
+    resume, exit 130 within seconds (the chunk is abandoned, not waited for); only the
+    finished chunk is left, no partial file. tests/cli/test_interrupt.py resumes it."""
+    from tests.cli.test_interrupt import LONG_SWEEP, interrupt_after_first_chunk
+
     cfg = tmp_path / "slow.toml"
-    cfg.write_text(
-        BASE.replace("t1 = 4.0", "t1 = 2000.0").replace("num = 3", "num = 5")
-        + '[dynamics]\nkind = "gd"\n[sweep]\nseed = '
-        # Enough one-run chunks that the sweep is still running when SIGINT arrives
-        # (64 finished before the signal on a fast machine).
-        + str(list(range(2000)))
-        + "\n"
-    )
+    # Chunk 0 saves to t = 4 steps; chunk 1 runs 10⁹ GD steps (about 80 s here).
+    cfg.write_text(BASE + LONG_SWEEP.format(t1=1e9))
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), RANKFLOW_CACHE_DIR="off")
-    # A shell starts background jobs with SIGINT ignored and a child inherits that (Python
-    # then installs no KeyboardInterrupt handler): the child installs Python's default
-    # handler itself, as a terminal's foreground job has it, whatever the runner inherited.
-    start = (
-        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "runpy.run_module('rankflow.cli', run_name='__main__', alter_sys=True)"
+    rc, stdout, stderr, seconds = interrupt_after_first_chunk(cfg, out)
+    assert rc == 130, stderr
+    assert seconds < 10, seconds
+    assert stderr == (
+        f"rankflow: interrupted; the finished chunks are kept in {out}: run the same "
+        "command with --resume to continue\n"
     )
-    args = [sys.executable, "-c", start, "run", str(cfg), "--out", str(out)]
-    proc = subprocess.Popen(
-        args + ["--chunk", "1", "--quiet"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 120
-    while not list(out.glob("results.parquet/chunk-*.parquet")) and time.time() < deadline:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
-    assert stderr == "rankflow: interrupted; `--resume` continues\n"
     assert "Traceback" not in stdout + stderr
-    assert not list(out.glob("results.parquet/.*.tmp"))
+    names = sorted(p.name for p in (out / "results.parquet").iterdir())
+    assert names == ["chunk-00000.parquet"], names
 
 
 # --- the results-directory cases (tests/engine/test_results_dir.py tests them in depth) ----------

@@ -339,22 +339,57 @@ def test_corrupt_or_missing_directories_are_one_line(tmp_path, capsys):
     rankflow.run(TINY, out=good, chunk=2)
     cases = {"missing": tmp_path / "nowhere", "empty": tmp_path / "empty"}
     cases["empty"].mkdir()
-    for name in ("manifest", "table_file", "chunk"):
+    for name in ("manifest", "table_file", "chunk", "chunks_text", "format_text", "chunk_dir"):
         shutil.copytree(good, tmp_path / name)
         cases[name] = tmp_path / name
     (cases["manifest"] / store.MANIFEST).write_text("{not json")
     shutil.rmtree(cases["table_file"] / store.RESULTS)
     (cases["table_file"] / store.RESULTS).write_text("a file")
     (cases["chunk"] / store.RESULTS / "chunk-00001.parquet").write_bytes(b"PAR1 garbage")
+    # A hand-edited manifest (issue #34: a bare TypeError before).
+    for name, key, value in (("chunks_text", "chunks", "84"), ("format_text", "format", "x")):
+        manifest = json.loads((cases[name] / store.MANIFEST).read_text())
+        (cases[name] / store.MANIFEST).write_text(json.dumps(manifest | {key: value}))
+    chunk = cases["chunk_dir"] / store.RESULTS / "chunk-00001.parquet"
+    chunk.unlink()
+    chunk.mkdir()
+    said = {
+        "chunks_text": f'{store.MANIFEST}: corrupt manifest (chunks = "84" is not a count)',
+        "format_text": f'{store.MANIFEST}: corrupt manifest (format = "x" is not a count)',
+        "chunk_dir": "chunk-00001.parquet: is a directory, not a chunk file; remove it",
+    }
     for name, path in cases.items():
-        with pytest.raises(store.ResultsError, match=str(path)):
+        with pytest.raises(store.ResultsError, match=str(path)) as e:
             rankflow.load(path)
+        assert said.get(name, "") in str(e.value), str(e.value)
         assert cli.main(["plot", str(path), "--out", str(tmp_path / "f.png")]) == 2, name
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(path) in err, (name, err)
         assert cli.main(["attention", "plot", "rank", str(path), "--out", "f.png"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(path) in err, (name, err)
+
+
+def test_a_deleted_lock_is_named_and_load_still_reads_the_folder(tmp_path, capsys):
+    """Issue #34: ``load`` reads a folder whose ``.rankflow.lock`` was deleted by hand
+    (the marker says who may write it; the manifest and chunks say what it holds), and
+    writing into it again is refused in one line naming the marker and how to restore
+    it; restored so, the sweep resumes."""
+    out = tmp_path / "d"
+    table = rankflow.run(TINY, out=out, chunk=2)
+    (out / LOCK).unlink()
+    pd.testing.assert_frame_equal(rankflow.load(out), table)
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY_TOML)
+    argv = ["run", str(config), "--out", str(out), "--chunk", "2", "--resume", "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out / LOCK} is missing" in err, err
+    fix = err.split("recreate the marker: ")[1].strip()
+    assert fix == f"""echo '{{"kind": "sweep"}}' > {out / LOCK}""", fix
+    subprocess.run(fix, shell=True, check=True)
+    assert cli.main(argv) == 0
+    assert "2 chunks resumed" in capsys.readouterr().out
 
 
 def test_callable_losses_are_identified_by_their_code():
