@@ -473,7 +473,7 @@ def resolve(
     # Checked now, before anything compiles: every point, or a large sweep's
     # representatives (rankflow.config.points.Points.representatives).
     points = expand(cfg)
-    return shared_base(cfg, [points[i] for i in points.representatives()], SCHEMA)
+    return shared_base(cfg, points.made(points.representatives()), SCHEMA)
 
 
 def expand(cfg: Mapping[str, Any]) -> Points:

@@ -532,7 +532,7 @@ def _copied(value: Any) -> Any:
     if t is dict:
         return {k: _copied(v) for k, v in value.items()}
     if t is list:
-        return [_copied(v) for v in value]
+        return [v if type(v) in _ATOMS else _copied(v) for v in value]
     return copy.deepcopy(value)
 
 

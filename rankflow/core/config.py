@@ -466,7 +466,7 @@ def resolve(
     # Validated now (every point, or of a large sweep its representatives), so that no
     # bad point surfaces after compiling.
     points = expand(cfg)
-    checked = [points[i] for i in points.representatives()]
+    checked = points.made(points.representatives())
     warn_deterministic(checked)
     warn_narrow(checked)
     return shared_base(cfg, checked, SCHEMA)

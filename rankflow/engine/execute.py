@@ -125,7 +125,8 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
             for what in store.stray_files(out, ident, table):
                 print(f"rankflow: {table}/{what}; left out", file=sys.stderr)
     if executor == "local":
-        frames = run_chunks(family, cfg, out, chunk, quiet=quiet, ident=ident)
+        planned = (points, chunks, finished)
+        frames = run_chunks(family, cfg, out, chunk, quiet=quiet, ident=ident, planned=planned)
         ran = len(frames)
     else:
         todo = [c.index for c in chunks if c.index not in finished]

@@ -115,10 +115,12 @@ def finished_chunks(
         ok, redo = store.finished_chunks(out, chunks, rows, table, ident)
         done = ok if done is None else done & ok
         bad += redo
+    present = {table: store.chunk_files(out, table) for table in family.tables}
     for c in chunks:
         if c.index not in done:
             for table in family.tables:
-                store.chunk_path(out, c.index, table).unlink(missing_ok=True)
+                if f"chunk-{c.index:05d}.parquet" in present[table]:
+                    store.chunk_path(out, c.index, table).unlink(missing_ok=True)
     return done, bad
 
 
@@ -130,18 +132,20 @@ def run_chunks(
     indices: Sequence[int] | None = None,
     quiet: bool = True,
     ident: store.Identity | None = None,
+    planned: tuple[Any, Sequence[Chunk], set[int]] | None = None,
 ) -> list[dict[str, pd.DataFrame]]:
     """Run the chunks ``indices`` (default: all) of ``cfg``'s plan; with ``out``, write
     each as it finishes, recording ``ident`` (default: :func:`sweep_identity`), and
     skip those already there. Returns the tables computed here. Also the body of each
     SLURM array task: it checks and removes only its own chunks' files, so tasks
-    running at once never touch each other's."""
-    points, chunks = plan(family, cfg, chunk)
-    todo = [chunks[i] for i in (range(len(chunks)) if indices is None else indices)]
-    if out is not None:
+    running at once never touch each other's. ``planned``: ``(points, chunks,
+    finished)`` of a caller that planned and checked the directory already."""
+    points, chunks, finished = planned or (*plan(family, cfg, chunk), None)
+    todo = list(chunks) if indices is None else [chunks[i] for i in indices]
+    if out is not None and finished is None:
         ident = ident or sweep_identity(family, cfg, out, len(chunks))
         finished, _ = finished_chunks(family, out, points, todo, ident)
-        todo = [c for c in todo if c.index not in finished]
+    todo = [c for c in todo if c.index not in (finished or ())]
     swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
     total = sum(c.rows for c in chunks)

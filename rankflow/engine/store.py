@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import subprocess
 import warnings
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,7 @@ __all__ = [
     "Identity",
     "ResultsError",
     "atomic_write",
+    "chunk_files",
     "write_outputs",
     "chunk_problem",
     "finished_chunks",
@@ -374,6 +376,15 @@ def _index_of(f: Path) -> int | None:
         return None
 
 
+def chunk_files(out: str | Path, table: str = RESULTS) -> set[str]:
+    """The names in a table's directory of chunks, read in one listing (a sweep of
+    30,000 chunks stats none of the absent ones); empty where it is not there."""
+    try:
+        return set(os.listdir(_chunk_dir(out, table)))
+    except OSError:
+        return set()
+
+
 def finished_chunks(
     out: str | Path, chunks, expected_rows, table: str = RESULTS, ident: Identity | None = None
 ) -> tuple[set[int], list[str]]:
@@ -383,10 +394,11 @@ def finished_chunks(
     import pyarrow.parquet as pq
 
     done, bad = set(), []
+    present = chunk_files(out, table)
     for c in chunks:
-        p = chunk_path(out, c.index, table)
-        if not p.exists():
+        if f"chunk-{c.index:05d}.parquet" not in present:
             continue
+        p = chunk_path(out, c.index, table)
         _refuse_directory(p)
         problem = chunk_problem(p, c.index, ident) if ident is not None else None
         try:
