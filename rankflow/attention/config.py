@@ -294,13 +294,18 @@ def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
     return "task.points", task["points"]
 
 
+# Divisors are listed by trial division up to this bound, whatever the user's number:
+# all of them for n ≤ DIVISOR_BOUND², beyond that the small ones and their cofactors.
+DIVISOR_BOUND = 10**4
+
+
 def _divisors(n: int) -> str:
-    """``"one of 1, 2, …, n"``: the divisors of ``n``, found in O(√n) (a user's n may be
-    huge); beyond 10¹² only ``"a divisor of it"``."""
-    if n > 10**12:
-        return "a divisor of it"
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return "one of " + ", ".join(map(str, sorted({*small, *(n // d for d in small)})))
+    """``"one of 1, 2, …, n"``: the divisors of ``n`` (a user's n may be huge: at most
+    :data:`DIVISOR_BOUND` trial divisions, so O(1)); beyond ``DIVISOR_BOUND²``, ``"a
+    divisor of it, such as …"`` with those found."""
+    small = [d for d in range(1, min(math.isqrt(n), DIVISOR_BOUND) + 1) if n % d == 0]
+    found = ", ".join(map(str, sorted({*small, *(n // d for d in small)})))
+    return f"one of {found}" if n <= DIVISOR_BOUND**2 else f"a divisor of it, such as {found}"
 
 
 def check_images(a: Mapping[str, Any], t: Mapping[str, Any]) -> None:

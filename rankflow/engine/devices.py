@@ -11,7 +11,9 @@ products (rankflow's sweeps) runs on that device's one thread: one core of two s
 one CPU device per core a sweep uses every core. :func:`use_all_cores` (and the
 ``rankflow`` command) take the count from the first of:
 
-1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer), or ``RANKFLOW_CPU_DEVICES=all``;
+1. ``RANKFLOW_CPU_DEVICES=N`` (a positive integer, capped at the CPUs this process may
+   run on, with one line saying so: each device holds memory of its own), or
+   ``RANKFLOW_CPU_DEVICES=all``;
 2. ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (XLA's own flag);
 3. ``jax.config.update("jax_num_cpu_devices", N)`` before :func:`use_all_cores` (or
    ``JAX_NUM_CPU_DEVICES=N``);
@@ -185,15 +187,25 @@ def _flag_count(flags: str) -> int | None:
 def requested(environ: dict[str, str] | None = None) -> tuple[int | None, str, str | None]:
     """``(count, source, problem)``: the count the user set (``None``: use the default)
     with where it came from, and a one-line note on a ``RANKFLOW_CPU_DEVICES`` that is
-    not a positive integer (it is then ignored)."""
+    not a positive integer (it is then ignored) or exceeds the CPUs (it is capped)."""
     env = os.environ if environ is None else environ
     raw = env.get(ENV, "").strip()
     if raw == "all":
         count, why = default_count()
         return count, f"{ENV}=all: {why}", None
     if raw:
-        if raw.isdigit() and int(raw) > 0:
+        cpus = len(usable_cpus())
+        if raw.isdigit() and 0 < int(raw) <= cpus:
             return int(raw), f"{ENV}={raw}", None
+        if raw.isdigit() and int(raw) > cpus:  # each device holds memory of its own
+            return (
+                cpus,
+                f"{ENV}={raw}, capped at the {cpus} CPUs this process may use",
+                (
+                    f"{ENV}={raw} exceeds the {cpus} CPUs this process may use; using {cpus} "
+                    f"devices (XLA_FLAGS {XLA_FLAG}=N sets more, for testing)"
+                ),
+            )
         problem = f"{ENV}={raw!r} is not a positive integer or 'all'; ignored"
     else:
         problem = None

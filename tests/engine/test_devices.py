@@ -20,6 +20,7 @@ import pytest
 from rankflow.engine import devices
 
 ROOT = Path(__file__).resolve().parents[2]
+CPUS = len(devices.usable_cpus())
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -78,7 +79,7 @@ def test_a_process_pinned_to_one_cpu_gets_one_device():
 @pytest.mark.parametrize(
     "env, expected, source",
     [
-        ({"RANKFLOW_CPU_DEVICES": "3"}, 3, "RANKFLOW_CPU_DEVICES=3"),
+        ({"RANKFLOW_CPU_DEVICES": str(CPUS)}, CPUS, f"RANKFLOW_CPU_DEVICES={CPUS}"),
         ({"XLA_FLAGS": "--xla_force_host_platform_device_count=1"}, 1, "XLA_FLAGS"),
         ({"JAX_NUM_CPU_DEVICES": "3"}, 3, "jax_num_cpu_devices=3"),
         # rankflow's variable wins over XLA's flag.
@@ -118,6 +119,22 @@ def test_a_bad_count_is_one_line_and_the_default_is_used():
         "rankflow: RANKFLOW_CPU_DEVICES='two' is not a positive integer or 'all'; ignored\n"
     )
     assert int(res.stdout.split(" | ")[0]) == devices.physical_cores()
+
+
+def test_a_count_beyond_the_cpus_is_capped_in_one_line():
+    """RANKFLOW_CPU_DEVICES=100000 took 4 GiB (issue #35): capped at the CPUs present;
+    XLA's own flag stays the way to ask for more (tests of sharding on few cores)."""
+    res = _python(COUNT, RANKFLOW_CPU_DEVICES="100000")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == (
+        f"rankflow: RANKFLOW_CPU_DEVICES=100000 exceeds the {CPUS} CPUs this process may use; "
+        f"using {CPUS} devices (XLA_FLAGS --xla_force_host_platform_device_count=N sets more, "
+        "for testing)\n"
+    )
+    assert res.stdout.strip() == (
+        f"{CPUS} | RANKFLOW_CPU_DEVICES=100000, capped at the {CPUS} CPUs this process may use"
+    )
+    assert devices.requested({"RANKFLOW_CPU_DEVICES": str(CPUS + 1)})[0] == CPUS
 
 
 def test_requested_reads_rankflow_s_variable_then_xla_s_flag():
