@@ -25,17 +25,21 @@ from rankflow.engine import executors
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BASE = """
+# Two structures, so two chunks with --chunk 1: t1 = 4 steps (quick), then t1 GD steps
+# of an 8×8 problem, 1–2 µs a step on this 2-core machine (2×2 ones take 40 ns: too
+# cheap for a chunk of minutes within the 2³¹ steps a run may take).
+LONG_SWEEP = """
 seed = 0
 [problem]
 kind = "diagonal"
-singular_values = [1.0, 0.5]
+singular_values = [1.0, 0.5, 0.33, 0.25, 0.2, 0.17, 0.14, 0.12]
+[dynamics]
+kind = "gd"
 [save]
-t1 = 4.0
 num = 3
+[sweep]
+"save.t1" = [4.0, {t1}]
 """
-# Two structures, so two chunks with --chunk 1: t1 = 4 steps (quick), then t1 GD steps.
-LONG_SWEEP = '[dynamics]\nkind = "gd"\n[sweep]\n"save.t1" = [4.0, {t1}]\n'
 
 
 def _rankflow(*args: str) -> subprocess.Popen:
@@ -78,8 +82,7 @@ def interrupt_after_first_chunk(config: Path, out: Path) -> tuple[int, str, str,
 @pytest.mark.slow
 def test_sigint_during_a_chunk_of_over_a_minute_exits_in_seconds_and_resumes_exactly(tmp_path):
     config = tmp_path / "long.toml"
-    # 10⁹ GD steps: about 80 s on this 2-core machine (3·10⁷ took 2.5 s, compiled).
-    config.write_text(BASE + LONG_SWEEP.format(t1=1e9))
+    config.write_text(LONG_SWEEP.format(t1=1.2e8))  # resumed here in 241 s (load 2.5)
     out = tmp_path / "out"
     rc, stdout, stderr, seconds = interrupt_after_first_chunk(config, out)
     print(f"exit {seconds:.2f} s after SIGINT")  # seen with pytest -s

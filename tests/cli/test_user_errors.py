@@ -548,8 +548,8 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     from tests.cli.test_interrupt import LONG_SWEEP, interrupt_after_first_chunk
 
     cfg = tmp_path / "slow.toml"
-    # Chunk 0 saves to t = 4 steps; chunk 1 runs 10⁹ GD steps (about 80 s here).
-    cfg.write_text(BASE + LONG_SWEEP.format(t1=1e9))
+    # Chunk 0 saves to t = 4 steps; chunk 1 runs 1.2·10⁸ GD steps (241 s here).
+    cfg.write_text(LONG_SWEEP.format(t1=1.2e8))
     out = tmp_path / "out"
     rc, stdout, stderr, seconds = interrupt_after_first_chunk(cfg, out)
     assert rc == 130, stderr
