@@ -49,9 +49,7 @@ class Claim:
     tolerance: str  # the test, with its tolerance
     verdict: str  # pass | fail | observation
     figure: str = ""  # figure file name under DIR/figures/ ("" for none)
-    # "" for a two-sided test (an equality within a tolerance); else the direction of a
-    # one-sided test and its two-sided partner, or why the theory gives none
-    one_sided: str = ""
+    one_sided: str = ""  # "" if two-sided; else the direction it cannot see, its partner
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:

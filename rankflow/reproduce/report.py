@@ -22,6 +22,29 @@ TITLES = {
 MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
 
+# The text under the summary line: how to read a claim and its sides.
+READING = (
+    "How to read this: each row is one statement of docs/theory.md (labels T1–T13) or of the "
+    "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
+    "the experiment found, *tolerance* the test that decides the *verdict* and where it "
+    "comes from (float64 rounding for exact identities, a fit's own error for rates, "
+    "Monte Carlo standard errors for expectations, the O(ηλ) bracket of GD, a stated "
+    "margin for empirical claims). Every claim that can pass has a *mutant* in rankflow's "
+    "tests: the same check on data of a plausible wrong theory or implementation (a wrong "
+    "rate, a missing factor, a flipped sign, a wrong noise model, no momentum, pure "
+    "shrinkage, random heads) gives `fail`. *Observation* marks what the theory does not "
+    "predict (AdamW's rate, the attention ablation) or what cannot fail (a closed-form "
+    "contrast): it is measured and shown, never counted as a pass. Tables are in "
+    "`tables/`, figures in `figures/`, the raw runs in `runs/`.",
+    "",
+    "A *one-sided* test (a bound, a drop, an ordering) cannot see an error in the "
+    "direction it allows (a decay faster than the theory's passes \"decays at least "
+    'this fast"): each is marked, with the two-sided check that covers that direction '
+    "where the theory gives one.",
+    "",
+)
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -54,24 +77,7 @@ def render(
         + ", ".join(f"{k} {v}" for k, v in provenance.items())
         + ".",
         "",
-        "How to read this: each row is one statement of docs/theory.md (labels T1–T13) or of the "
-        "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
-        "the experiment found, *tolerance* the test that decides the *verdict* and where it "
-        "comes from (float64 rounding for exact identities, a fit's own error for rates, "
-        "Monte Carlo standard errors for expectations, the O(ηλ) bracket of GD, a stated "
-        "margin for empirical claims). Every claim that can pass has a *mutant* in rankflow's "
-        "tests: the same check on data of a plausible wrong theory or implementation (a wrong "
-        "rate, a missing factor, a flipped sign, a wrong noise model, no momentum, pure "
-        "shrinkage, random heads) gives `fail`. *Observation* marks what the theory does not "
-        "predict (AdamW's rate, the attention ablation) or what cannot fail (a closed-form "
-        "contrast): it is measured and shown, never counted as a pass. Tables are in "
-        "`tables/`, figures in `figures/`, the raw runs in `runs/`.",
-        "",
-        "A *one-sided* test (a bound, a drop, an ordering) cannot see an error in the "
-        "direction it allows (a decay faster than the theory's passes \"decays at least "
-        'this fast"): each is marked, with the two-sided check that covers that direction '
-        "where the theory gives one.",
-        "",
+        *READING,
         "| # | claim | source | test | verdict |",
         "|---|---|---|---|---|",
     ]
