@@ -132,6 +132,9 @@ def rank_claim(heads: pd.DataFrame) -> Claim:
         f"seeds), and the median drop ≥ {RANK_DROP:.0%}; both pairs",
         verdict=verdict(ok),
         figure="attention_rank.png",
+        one_sided="a drop: decay must lower the effective rank; the theory gives no value "
+        "for AdamW's rank, and the balance that T5 predicts for the attention family's "
+        "SGD is checked two-sided per head by attention.sgd_rate",
     )
 
 

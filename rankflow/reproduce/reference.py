@@ -68,7 +68,7 @@ OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
 # two-sided value for the same kind of training, the claim that checks it.
 SIDES = {
     "sgd": "an ordering: decay ends more balanced; T4/T5 give SGD's rate two-sided, checked "
-    "per head on the attention model by the attention family's SGD claim",
+    "per head on the attention model by attention.sgd_rate",
     "adamw": "an ordering: decay ends more balanced; the theory gives AdamW no rate, so "
     "there is no two-sided check",
 }
