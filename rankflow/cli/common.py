@@ -179,6 +179,7 @@ def run_sweep(resolve: Callable[..., Mapping[str, Any]], execute: Callable[..., 
         executor=args.executor,
         slurm=slurm_options(args),
         quiet=args.quiet,
+        result=False,  # the summary, counted chunk by chunk: the table is not read back
     )
     print(f"{summary.line()} → {args.out}")
     return 0

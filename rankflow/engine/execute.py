@@ -61,16 +61,19 @@ def execute(
     executor: str = "local",
     slurm: Mapping[str, Any] | None = None,
     quiet: bool = False,
+    result: bool = True,
 ) -> tuple[Any, Summary]:
     """Run a family's resolved config's sweep (see the module docstring), writing each
     finished chunk to ``out`` when given and skipping those already there (only with
     ``resume``). ``out`` is checked and held exclusively while the sweep runs
     (:func:`rankflow.engine.writer.claimed`); a sweep that fails before its first chunk leaves
     no directory behind. Returns the family's result (all chunks, resumed ones
-    included) and a :class:`Summary`."""
+    included) and a :class:`Summary`; with ``out`` and ``result=False``, None and the
+    summary, counted chunk by chunk (the command's way: memory O(chunk), not the table)."""
     check_executor(executor, out)
     args = (family, cfg, out)
     kw = dict(resume=resume, chunk=chunk, executor=executor, slurm=slurm, quiet=quiet)
+    kw["result"] = result or out is None
     if out is None:
         return _execute(*args, **kw)
     with claimed(out, "sweep", keep=lambda: has_chunks(out, family.tables)):
@@ -100,7 +103,7 @@ def not_resumable(
     return None
 
 
-def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
+def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet, result):
     t0 = time.perf_counter()
     chunk, points, chunks = checked_plan(family, cfg, chunk, executor)  # before any work
     finished, redone, ident = set(), [], None
@@ -131,13 +134,17 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
     else:
         todo = [c.index for c in chunks if c.index not in finished]
         ran = submit(family, cfg, out, chunk, todo, slurm or {}, quiet)
-    if out is not None:
+    if not result:
+        tables = None
+        runs, last = _chunk_statuses(out, family.status_table, len(chunks))
+    elif out is not None:
         with warnings.catch_warnings():  # strays were named above
             warnings.simplefilter("ignore")
             tables = {t: store.load(out, table=t) for t in family.tables}
     else:
         tables = {t: _rows([f[t] for f in frames]) for t in family.tables}
-    runs, last = _last_status(tables[family.status_table])
+    if tables is not None:
+        runs, last = _last_status(tables[family.status_table])
     summary = Summary(
         runs=runs,
         diverged=last.get("diverged", 0),
@@ -147,7 +154,24 @@ def _execute(family, cfg, out, *, resume, chunk, executor, slurm, quiet):
         chunks_skipped=len(finished),
         redone=redone,
     )
-    return family.result(tables), summary
+    return (family.result(tables) if tables is not None else None), summary
+
+
+def _chunk_statuses(out: str | Path, table: str, chunks: int) -> tuple[int, dict[str, int]]:
+    """:func:`_last_status` of a results directory's table, read chunk by chunk (each
+    run lies in one chunk): three columns of one chunk in memory at a time."""
+    import pyarrow.parquet as pq
+
+    runs, last = 0, {}
+    for i in range(chunks):
+        path = store.chunk_path(out, i, table)
+        if path.exists():
+            frame = pq.read_table(path, columns=["run_id", "path", "status"]).to_pandas()
+            n, counts = _last_status(frame)
+            runs += n
+            for name, c in counts.items():
+                last[name] = last.get(name, 0) + c
+    return runs, last
 
 
 def _rows(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..config.fields import ConfigError
+from ..config.points import frozen_gc
 from ..config.usercode import code_changes, code_hash, code_of
 from . import store
 from .family import Family
@@ -136,8 +137,9 @@ def run_chunks(
 ) -> list[dict[str, pd.DataFrame]]:
     """Run the chunks ``indices`` (default: all) of ``cfg``'s plan; with ``out``, write
     each as it finishes, recording ``ident`` (default: :func:`sweep_identity`), and
-    skip those already there. Returns the tables computed here. Also the body of each
-    SLURM array task: it checks and removes only its own chunks' files, so tasks
+    skip those already there. Returns the tables computed here (with ``out``, an empty
+    entry per chunk: written, not held, so memory stays O(chunk)). Also the body of
+    each SLURM array task: it checks and removes only its own chunks' files, so tasks
     running at once never touch each other's. ``planned``: ``(points, chunks,
     finished)`` of a caller that planned and checked the directory already."""
     points, chunks, finished = planned or (*plan(family, cfg, chunk), None)
@@ -149,7 +151,7 @@ def run_chunks(
     swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
     total = sum(c.rows for c in chunks)
-    with progress(total, total - sum(c.rows for c in todo), quiet) as bar:
+    with progress(total, total - sum(c.rows for c in todo), quiet) as bar, frozen_gc():
         for c in todo:
             try:
                 tables = _compute(family.run_chunk, points, c, swept)
@@ -161,7 +163,7 @@ def run_chunks(
             if out is not None:
                 for table in family.tables:
                     store.write_chunk(out, c.index, tables[table], table, ident)
-            frames.append(tables)
+            frames.append(tables if out is None else {})  # written: not held in memory
             bar.update(c.rows)
     return frames
 
