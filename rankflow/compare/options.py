@@ -8,8 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.fields import ConfigError
+from ..core.vocabulary import MAX_STEPS
 
-__all__ = ["OPTIONS", "Options", "parse_options", "split_options"]
+# The most halvings of η: the order's longest run takes order_t1 · 2^halvings steps, at
+# most MAX_STEPS = 2³¹ − 1 (with order_t1 ≥ 1).
+MAX_HALVINGS = 30
+
+__all__ = ["MAX_HALVINGS", "OPTIONS", "Options", "parse_options", "split_options"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +38,17 @@ OPTIONS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "window": ((int,), lambda v: v >= 1, "gd: steps in the contraction window (≥ 1)"),
     "halvings": (
         (int,),
-        lambda v: v >= 1,
+        lambda v: 1 <= v <= MAX_HALVINGS,
         "deterministic pairs and SME pairs (sgd; sgd_gaussian with noise = gradient): "
-        "η is halved this many times for the (weak) order (≥ 1)",
+        f"η is halved this many times for the (weak) order (an integer in [1, {MAX_HALVINGS}]: "
+        "each halving doubles the horizon in steps)",
     ),
     "order_t1": (
         (int,),
-        lambda v: v >= 1,
+        lambda v: 1 <= v <= MAX_STEPS,
         "horizon of the order measurement in steps at the config's η "
-        "(default save.t1); it is doubled with each halving",
+        f"(default save.t1; an integer in [1, {MAX_STEPS}], a 32-bit step count); it is "
+        "doubled with each halving",
     ),
 }
 

@@ -200,6 +200,32 @@ def _side_sizes(cfg: Mapping[str, Any], options: Options) -> tuple[int, int, int
     return runs, saves + window, saves, window
 
 
+def check_horizons(cfg: Mapping[str, Any], options: Options) -> None:
+    """Refuse, in O(1), an order measurement whose longest run (η/2^halvings for
+    ``order_t1 · 2^halvings`` steps) passes the 32-bit step count of discrete dynamics,
+    naming the option the user set (not the ``save.ts`` the comparison would list)."""
+    if cfg["dynamics"]["kind"] in ("sgd_gaussian", "sgd") and not sme_pair(cfg):
+        return  # T6's paths at the config's η alone: no halving
+    given = options.order_t1 is not None
+    t1 = options.order_t1 if given else int(round(vocabulary.last_save_time(cfg)))
+    h, limit = options.halvings, vocabulary.MAX_STEPS
+    if t1 * 2**h <= limit:
+        return
+    origin = "compare.order_t1" if given else "save.t1"
+    most = (limit // t1).bit_length() - 1  # the most halvings that fit t1
+    key = "compare.order_t1" if given and h == Options.halvings else "compare.halvings"
+    fix = (
+        f"at most {limit // 2**h:,} at compare.halvings = {h}"
+        if key == "compare.order_t1"
+        else f"at most {most} halvings at {origin} = {t1:,}"
+    )
+    raise ConfigError(
+        f"{key}: the order's longest run takes {origin} · 2^compare.halvings = {t1:,} · 2^{h} "
+        f"= {t1 * 2**h:,} steps, more than the {limit:,} of discrete dynamics (a 32-bit step "
+        f"count); {fix}"
+    )
+
+
 def check_resources(configs: list[tuple[dict[str, Any], dict[str, Any]]], options: Options):
     """Refuse, before anything is listed or compiled, a comparison whose saves per run
     exceed :func:`rankflow.engine.resources.max_saves`, or whose memory exceeds what is
@@ -210,6 +236,7 @@ def check_resources(configs: list[tuple[dict[str, Any], dict[str, Any]]], option
     kept: dict[tuple[str, ...], int] = {}
     batches: dict[str, dict[tuple[str, ...], int]] = {}
     for opt, flow in configs:
+        check_horizons(opt, options)
         runs, s_opt, s_flow, window = _side_sizes(opt, options)
         stochastic = opt["dynamics"]["kind"] in ("sgd_gaussian", "sgd")
         batch_keys = ("compare.paths",) * stochastic + ("compare.halvings",) * (

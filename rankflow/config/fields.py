@@ -337,6 +337,10 @@ def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
         got = f"{type(source).__name__} {source!r:.40}"
         raise ConfigError(f"config: expected a TOML file's path or a dict of sections, got {got}")
     path = Path(source)
+    if path.is_dir():
+        tomls = sorted(path.glob("*.toml"))
+        such = f", such as {tomls[0]}" if tomls else ""
+        raise ConfigError(f"config: {path} is a directory; give a TOML config file{such}")
     if not path.is_file():
         raise ConfigError(f"config: no such file {str(path)!r}")
     try:

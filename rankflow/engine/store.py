@@ -284,10 +284,11 @@ def _check_resume(out, old, manifest, resume, not_resumable) -> None:
             f"({_differences(old.get('config', {}), manifest['config'])}); use another --out"
         )
     if old.get("chunk_size") != manifest["chunk_size"]:
-        raise ConfigError(
-            f"--chunk: {out} was run with --chunk {old.get('chunk_size')}, not "
-            f"{manifest['chunk_size']}; resume with the same value"
-        )
+        was, now = old.get("chunk_size"), manifest["chunk_size"]
+        given = "gives no --chunk" if now is None else f"gives --chunk {now}"
+        how = "without --chunk" if was is None else f"with --chunk {was}"
+        what = " (each structure's default size)" if was is None else ""
+        raise ConfigError(f"--chunk: {out} was run {how}{what}, this run {given}; resume {how}")
     if old["chunks"] != manifest["chunks"]:
         raise ConfigError(
             f"--out: {out} was planned as {old['chunks']} chunks, this sweep has "

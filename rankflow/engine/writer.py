@@ -61,11 +61,32 @@ def _kind_of(p: Path) -> str | None:
     return kind if isinstance(kind, str) and kind else None
 
 
+# Kernel file systems that hold no user files (a directory made there fails, or worse).
+VIRTUAL = ("/proc", "/sys")
+
+
+def _virtual_root(p: Path) -> str | None:
+    """The kernel file system (:data:`VIRTUAL`) that ``p`` lies under, if any."""
+    resolved = p.resolve(strict=False)
+    return next((v for v in VIRTUAL if resolved.is_relative_to(v)), None)
+
+
 def check_out(out: str | Path, kind: str, option: str = "--out") -> None:
     """Raise ``ConfigError`` (one line naming what is there) unless ``out`` can be
     written by a rankflow writer of ``kind``: a new or empty directory under a writable
     one, or a directory whose marker says ``kind``."""
     p = Path(out)
+    if p.is_symlink() and not p.exists():
+        raise ConfigError(
+            f"{option}: {out} is a symbolic link to {os.readlink(p)}, which does not exist; "
+            f"create that directory or choose another {option}"
+        )
+    virtual = _virtual_root(p)
+    if virtual:
+        raise ConfigError(
+            f"{option}: {out} is under {virtual}, a virtual file system of the kernel's "
+            f"where no results can be written; choose another directory"
+        )
     base = _nearest_existing(p.absolute())
     if base != p.absolute() and not base.is_dir():
         raise ConfigError(f"{option}: {out} is under a file ({base}); choose a new directory")
@@ -133,7 +154,15 @@ class WriterLock:
         while not p.exists():
             missing.append(p)
             p = p.parent
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            for made in missing:  # the parents it did make, deepest first (empty)
+                with contextlib.suppress(OSError):
+                    made.rmdir()
+            msg = f"--out: cannot create {self.out} ({why}); choose another directory"
+            raise ConfigError(msg) from None
         self._made = missing  # deepest first
         path = self.out / LOCK
         while True:

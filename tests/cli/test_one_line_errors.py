@@ -3,12 +3,15 @@ naming the key, flag or file and the allowed form, with exit status 2 and nothin
 written: a custom loss module that does not import (a syntax error, an exception at
 import), ``rankflow.run`` given a list, ``plot --out`` with a suffix matplotlib does not
 write or in a folder that is not there, a ``[sweep]`` written as a nested TOML table, a
-CSV file read as results, and ``inspect --rank-tol`` ≤ 0."""
+CSV file read as results, and ``inspect --rank-tol`` ≤ 0; and (issue #35) a config path
+that is a directory, an ``--out`` under /proc or a dangling link, a resume with another
+``--chunk``, compare's halvings and horizon past the step count, huge attention sizes."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -144,16 +147,114 @@ CASES = [
 ]
 
 
+ATTENTION = str(ROOT / "sims" / "attention" / "rank.toml")
+GD = ["--set", "dynamics.kind=gd"]
+# Issue #35: each names the key or flag the user set and what is allowed, in under 5 s.
+SCALE_CASES = [
+    (
+        "a config path that is a directory",
+        ["run", "ckpt", "--out", "out"],
+        ["config: ckpt is a directory; give a TOML config file"],
+    ),
+    (
+        "--out under /proc",
+        ["run", "base.toml", "--out", "/proc/rankflow_out"],
+        ["--out: /proc/rankflow_out is under /proc, a virtual file system"],
+    ),
+    (
+        "compare.halvings=40",
+        ["compare", "base.toml", *GD, "--set", "compare.halvings=40", "--out", "out"],
+        ["compare.halvings: ", "an integer in [1, 30]", "got 40"],
+    ),
+    (
+        "compare.halvings=30 at save.t1 = 4",
+        ["compare", "base.toml", *GD, "--set", "compare.halvings=30", "--out", "out"],
+        [
+            "compare.halvings: the order's longest run takes save.t1 · 2^compare.halvings",
+            "at most 28 halvings at save.t1 = 4",
+        ],
+    ),
+    (
+        "compare.order_t1=1e12",
+        ["compare", "base.toml", *GD, "--set", "compare.order_t1=1e12", "--out", "out"],
+        ["compare.order_t1: ", "an integer in [1, 2147483647]", "got 1000000000000.0"],
+    ),
+    (
+        "compare.order_t1=1e9 at 3 halvings",
+        ["compare", "base.toml", *GD, "--set", "compare.order_t1=1000000000", "--out", "out"],
+        [
+            "compare.order_t1: the order's longest run",
+            "at most 268,435,455 at compare.halvings = 3",
+        ],
+    ),
+    (
+        "attention.D = 10000000019",
+        ["attention", "train", ATTENTION, "--set", "attention.D=10000000019", "--out", "out"],
+        ["attention.H: must divide attention.D = 10000000019", "a divisor of it, such as 1,"],
+    ),
+    (
+        "a huge image in small patches",
+        ["attention", "train", ATTENTION, "--set", "task.kind=images", "--set", "task.patch=1"]
+        + ["--set", "task.image=100000000", "--out", "out"],
+        ["attention.context: must be ≥ 10000000000000001"],
+    ),
+]
+
+
+def _one_line(err: str, fragments: list[str]) -> None:
+    assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_each_mistake_is_one_line(inputs, capsys, argv, fragments):
     before = _snapshot(inputs)
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
-    assert err.count("\n") == 1 and err.startswith("rankflow: error: "), err
-    for fragment in fragments:
-        assert fragment in err, err
-    assert "Traceback" not in out + err
+    _one_line(err, fragments)
+    assert "Traceback" not in out
     assert _snapshot(inputs) == before  # nothing written, no folder made
+
+
+@pytest.mark.parametrize(
+    "argv, fragments", [c[1:] for c in SCALE_CASES], ids=[c[0] for c in SCALE_CASES]
+)
+def test_each_size_or_path_mistake_is_one_line_within_seconds(inputs, capsys, argv, fragments):
+    before = _snapshot(inputs)
+    t0 = time.perf_counter()
+    assert cli.main(argv) == 2
+    assert time.perf_counter() - t0 < 5
+    _one_line(capsys.readouterr().err, fragments)
+    assert _snapshot(inputs) == before
+
+
+def test_a_dangling_symlink_as_out_names_its_target(inputs, tmp_path_factory, capsys):
+    link = tmp_path_factory.mktemp("links") / "out"
+    link.symlink_to(inputs / "gone" / "results")
+    assert cli.main(["run", "base.toml", "--out", str(link)]) == 2
+    _one_line(
+        capsys.readouterr().err,
+        [f"--out: {link} is a symbolic link to {inputs / 'gone' / 'results'}, which does not"],
+    )
+    assert not (inputs / "gone").exists() and link.is_symlink()
+
+
+def test_resume_with_another_chunk_size_says_how_it_was_run(inputs, tmp_path_factory, capsys):
+    folder = tmp_path_factory.mktemp("resume")
+    # GD, two runs: --chunk 2 pads as the default does, so one program compiles.
+    sweep = [*GD, "--set", "sweep.seed=[0, 1]", "--quiet"]
+    for out, first in (("plain", []), ("two", ["--chunk", "2"])):
+        assert cli.main(["run", "base.toml", *sweep, *first, "--out", str(folder / out)]) == 0
+    capsys.readouterr()
+    for out, again, fragments in (
+        ("plain", ["--chunk", "7"], ["was run without --chunk", "gives --chunk 7; resume without"]),
+        ("two", [], ["was run with --chunk 2, this run gives no --chunk; resume with --chunk 2"]),
+    ):
+        argv = ["run", "base.toml", *sweep, *again, "--out", str(folder / out), "--resume"]
+        assert cli.main(argv) == 2
+        _one_line(capsys.readouterr().err, [f"--chunk: {folder / out} ", *fragments])
 
 
 def test_the_inputs_are_otherwise_good(inputs, capsys):
