@@ -19,9 +19,11 @@ runs save the factors (``save = "states"``), so that D = AᵀA − BᵀB is chec
 - ``noise.t9_pathwise`` (T9): on every path of the gradient-noise flow,
   ``D(t) = e^{−(2ηλ + η²σ²m)t} D(0)`` up to the discretisation: the deviation must vanish
   with dt at the strong order of Euler–Maruyama (½ to 1), which a wrong rate cannot do.
-- ``noise.sme_weak_order`` (T10; Li, Tai & E): ``rankflow compare`` of minibatch SGD
-  against its SME (``sims/reproduce/noise_sme.toml``): the weak error of E[tr D] at a fixed
-  horizon in ηt is first order in η.
+- ``noise.sme_weak_order`` (T10 with T4; Li, Tai & E) and ``noise.sme_step_noise``
+  (T10): minibatch SGD against its SME (``sims/reproduce/noise_sme.toml``), judged by the
+  size of the SME's error against the noiseless flow's and by the SME's noise on one
+  Euler–Maruyama step (:mod:`rankflow.reproduce.noise_sme`, which says why a weak order
+  alone cannot judge an SME).
 
 Each claim is a pure function of the experiment's tables (``*_claim``), so that
 ``tests/claims/test_mutants_noise.py`` can run it on data of a wrong theory or implementation.
@@ -38,24 +40,19 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .. import compare as compare_lib
 from .. import plots, theory
 from ..core import config as config_lib
 from ..core import program as simulate
 from ..core.fields import minibatch_spread
+from . import noise_sme
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
+from .noise_sme import run_chunked, sample_gradients
 
 NAME = "noise"
 CONFIGS = ("noise_models", "noise_sgd_sensing", "noise_sgd_regression")
 # The claims that can pass (each has a mutant in tests/claims/test_mutants_noise.py).
-CLAIMS = ("noise.no_floor", "noise.sgd_step_mean", "noise.t9_pathwise", "noise.sme_weak_order")
-# SGD against its first-order SME: weak order 1 in η at fixed ηt, fitted within WEAK_TOL
-# with a standard error ≤ WEAK_TOL, every η's error resolved (|z| ≥ WEAK_Z) so that the
-# fit is of errors, not of Monte Carlo noise.
-WEAK_ORDER = 1.0
-WEAK_TOL = 0.2
-WEAK_Z = 2.0
-WEAK_OBSERVABLE = "balance_trace"
+CLAIMS = ("noise.no_floor", "noise.sgd_step_mean", "noise.t9_pathwise",
+          "noise.sme_weak_order", "noise.sme_step_noise")  # fmt: skip
 # σ of the parameter- and gradient-noise runs of the claims: η²σ²m = 0.06 is 30% of 2ηλ,
 # so a wrong T9 rate moves D by ~0.05–0.1 of ‖D(0)‖, several times Euler–Maruyama's error.
 CLAIM_SIGMA = 0.5
@@ -74,9 +71,6 @@ ORDER_RANGE = (0.4, 1.1)
 # Gradient noise's late ‖D‖ must shrink at least as 4^{−¼} = 0.71 when dt is quartered
 # (√dt gives 0.5); parameter noise's floor is the SDE's, the same at both steps.
 SHRINK_MAX = REFINE**-0.25
-# Runs per call of a compiled program: a single call of 16384 one-step SGD runs after a
-# flow's in one process was seen to stall XLA:CPU (no progress, no CPU); 4096 did not.
-CHUNK = 4096
 
 
 def validate(mode: str) -> None:
@@ -108,20 +102,6 @@ def balance_of(df: pd.DataFrame, r: int) -> np.ndarray:
     return D
 
 
-def _run_chunked(program, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """The factors at the saves of ``rows``, run ``CHUNK`` runs at a time (the last chunk
-    padded with copies of its last run), so that every call has one shape: one
-    compilation, bounded memory."""
-    parts = []
-    for lo in range(0, len(rows), CHUNK):
-        chunk = rows[lo : lo + CHUNK]
-        n = len(chunk)
-        chunk = chunk + [chunk[-1]] * (min(CHUNK, len(rows)) - n)
-        out = program.run({k: np.asarray([r[k] for r in chunk]) for k in simulate.PARAM_KEYS})
-        parts.append([np.asarray(x[:n], np.float64) for x in out["theta"]])
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-
 def run_states(
     point: Mapping[str, Any], sigmas: Sequence[float] = (0.0,)
 ) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray]]:
@@ -135,7 +115,7 @@ def run_states(
     rows = [
         simulate.params_of(point, p) | {"dynamics.sigma": s} for s in sigmas for p in range(paths)
     ]
-    A, B = _run_chunked(program, rows)  # (runs, saves, ·, r)
+    A, B = run_chunked(program, rows)  # (runs, saves, ·, r)
     D = np.einsum("ksir,ksiq->ksrq", A, A) - np.einsum("ksir,ksiq->ksrq", B, B)
     runs, saves, r = D.shape[0], D.shape[1], D.shape[2]
     d = point["dynamics"]
@@ -160,18 +140,6 @@ def run_states(
     for i, j in _d_columns(r):
         cols[f"d_{i}_{j}"] = D[:, :, i, j].reshape(-1)
     return pd.DataFrame(cols), (A[0, 0], B[0, 0])
-
-
-def sample_gradients(point: Mapping[str, Any], A0, B0) -> tuple[np.ndarray, np.ndarray]:
-    """Ḡ (m×n) and the deviations δ_k = g_k − Ḡ (N×m×n) of the per-sample gradients of the
-    point's data (``Problem.sample_losses``) at W = A0 B0ᵀ."""
-    program = simulate.program_for(point, save="states")
-    data = program.data(simulate.params_of(point, 0))
-    with jax.enable_x64(point["x64"]):
-        W = jnp.asarray(A0) @ jnp.asarray(B0).T
-        g = np.asarray(jax.jacrev(program.problem.sample_losses)(W, data), np.float64)
-    gbar = g.mean(axis=0)
-    return gbar, g - gbar
 
 
 def matched_sigma(point: Mapping[str, Any], A0, B0) -> float:
@@ -408,45 +376,6 @@ def t9_pathwise_claim(pathwise: pd.DataFrame) -> Claim:
     )
 
 
-def sme_weak_order_claim(weak: pd.DataFrame) -> Claim:
-    """T10 (SGD against its SME): from ``compare``'s ``weak`` table, the order of the weak
-    error of E[tr D] in η at fixed ηt (``compare.weak_order``) is ``WEAK_ORDER`` within
-    ``WEAK_TOL``, its standard error at most ``WEAK_TOL``, and every η's error is resolved
-    (|z| ≥ ``WEAK_Z``)."""
-    rows = weak[weak["observable"] == WEAK_OBSERVABLE].sort_values("dynamics.eta")
-    order, se = compare_lib.weak_order(weak, WEAK_OBSERVABLE)
-    z = rows["z"].abs()
-    ok = len(rows) >= 3 and abs(order - WEAK_ORDER) <= WEAK_TOL and se <= WEAK_TOL
-    ok = ok and bool(np.all(z >= WEAK_Z))
-    first = rows.iloc[0] if len(rows) else None
-    return Claim(
-        experiment=NAME,
-        name="noise.sme_weak_order",
-        source="T10",
-        statement="Minibatch SGD and its stochastic modified equation (W-space noise with "
-        "the minibatch gradient's covariance) agree in distribution to first order in η: "
-        "the weak error of E[tr D] at a fixed horizon ηt is O(η).",
-        prediction=f"weak order {WEAK_ORDER:g} (Li, Tai & E); a noise of the wrong size in "
-        "η (e.g. √η, time in steps) gives order ≈ 0",
-        measurement=(
-            f"ηt = {fmt(float(first['horizon']), 3)}, "
-            f"{int(first['optimizer.paths'])} paths per η, η = "
-            + ", ".join(f"{v:g}" for v in rows["dynamics.eta"])
-            + ": error "
-            + ", ".join(
-                f"{fmt(e, 3)} ± {fmt(s, 2)}" for e, s in zip(rows["error"], rows["error_se"])
-            )
-            + f"; order {order:.3f} ± {se:.3f}"
-        )
-        if first is not None
-        else "no weak table",
-        tolerance=f"|order − {WEAK_ORDER:g}| ≤ {WEAK_TOL:g}, its SE ≤ {WEAK_TOL:g}, every "
-        f"|z| ≥ {WEAK_Z:g}",
-        verdict=verdict(ok),
-        figure="noise_sme_weak.png",
-    )
-
-
 # --- running ----------------------------------------------------------------------------
 
 
@@ -502,13 +431,15 @@ def run_experiment(ctx: Context) -> None:
     ctx.claims.append(no_floor_claim(floor[floor["dynamics.sigma"] == CLAIM_SIGMA]))
     ctx.claims.append(sgd_step_claim(step))
     ctx.claims.append(t9_pathwise_claim(pathwise))
-    sme_tables = compare_lib.compare(
+    sme_tables = noise_sme.sme_tables(
         config_path("noise_sme"),
+        full_overrides("noise_sme", ctx.mode),
+        step_paths=noise_sme.STEP_PATHS[ctx.mode],
         out=ctx.runs("noise_sme"),
-        overrides=full_overrides("noise_sme", ctx.mode),
         figures=plots.write_compare_figures,
     )
     for table, df in sme_tables.items():
         ctx.table(f"noise_sme_{table}", df)
     shutil.copyfile(ctx.runs("noise_sme") / "weak.png", ctx.figures / "noise_sme_weak.png")
-    ctx.claims.append(sme_weak_order_claim(sme_tables["weak"]))
+    ctx.claims.append(noise_sme.sme_weak_order_claim(sme_tables["weak"], sme_tables["errors"]))
+    ctx.claims.append(noise_sme.sme_step_noise_claim(sme_tables["step"]))

@@ -1,9 +1,17 @@
 """``rankflow compare`` of SGD against its stochastic modified equation (docs/theory.md, T10;
 Li, Tai & E): the weak error at a fixed horizon in ηt is first order in η, and the
 plausible wrong SMEs (noise coefficient √η with time in steps; batch scaling Σ/b² or
-no 1/b) fail. Also the gradient-noise pair (T9) and the input ``compare`` refuses."""
+no 1/b) fail. Also the gradient-noise pair (T9) and the input ``compare`` refuses.
+
+The reproduce claims ``noise.sme_weak_order`` and ``noise.sme_step_noise``
+(:mod:`rankflow.reproduce.noise_sme`) and their mutants: the SME's spread without its
+square root, sampled with replacement, and with the batch off by one (b ± 1), put into
+rankflow's source, each make ``noise.sme_step_noise`` fail (the first also
+``noise.sme_weak_order``), on data of :func:`~rankflow.reproduce.noise_sme.sme_tables` run
+in-process after the patch."""
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -11,11 +19,12 @@ import pytest
 
 import rankflow.core.fields
 import rankflow.core.program
+from rankflow import theory
 from rankflow.compare import COLUMNS, compare, weak_order
 from rankflow.config.fields import ConfigError
 from rankflow.core import config as config_lib
 from rankflow.engine import programs
-from rankflow.reproduce import noise as reproduce_noise
+from rankflow.reproduce import noise_sme
 from rankflow.reproduce._common import config_path
 
 # Sensing 5×5, batch 4 of 64 samples: noise that matters; ηt = 0.48 (12 steps at
@@ -31,8 +40,8 @@ SME = {
     "save": {"t1": 12, "num": 4},
 }
 OPTIONS = {"compare.paths": 64, "compare.halvings": 3}
-# The claim of `rankflow reproduce` that these tables feed (its mutants are below).
-MUTANT_CLAIMS = ("noise.sme_weak_order",)
+# The claims of `rankflow reproduce` that these tables feed (their mutants are below).
+MUTANT_CLAIMS = ("noise.sme_weak_order", "noise.sme_step_noise")
 
 
 @pytest.fixture(scope="module")
@@ -130,14 +139,20 @@ def _sqrt_eta_noise(monkeypatch):
     monkeypatch.setattr(rankflow.core.program, "noise_term", noise_term)
 
 
+def _patch_spread(monkeypatch, spread) -> None:
+    """``minibatch_spread`` replaced by ``spread(right, samples, batch)`` wherever rankflow
+    reads it: ``core.fields`` (the SME's ``noise_term`` looks it up there at each build)
+    and every module that imported it by name (``reproduce.noise``, for its figure's σ)."""
+    right = rankflow.core.fields.minibatch_spread
+    for mod in list(sys.modules.values()):
+        name = getattr(mod, "__name__", "") or ""
+        if name.startswith("rankflow") and getattr(mod, "minibatch_spread", None) is right:
+            monkeypatch.setattr(mod, "minibatch_spread", lambda N, b: spread(right, N, b))
+
+
 def _spread_times(factor):
     def patch(monkeypatch):
-        original = rankflow.core.fields.minibatch_spread
-        monkeypatch.setattr(
-            rankflow.core.fields,
-            "minibatch_spread",
-            lambda samples, batch: original(samples, batch) * factor(batch),
-        )
+        _patch_spread(monkeypatch, lambda right, N, b: right(N, b) * factor(b))
 
     return patch
 
@@ -191,11 +206,11 @@ def test_sme_flow_dt_error_is_small_against_the_gap(sme_tables):
     assert np.all(shift < 0.3 * np.abs(ok.loc[sel, "error"].to_numpy())), shift
 
 
-# --- the reproduce claim noise.sme_weak_order and its mutants ---------------------------------
+# --- the reproduce claims noise.sme_weak_order and noise.sme_step_noise, their mutants -------
 
 
 def test_reproduce_noise_sme_config_is_this_one():
-    """The claim's positive control below runs on the experiment's own quick config."""
+    """The claims' positive controls below run on the experiment's own quick config."""
     cfg = config_lib.load_config(config_path("noise_sme"))
     assert cfg["compare"] == {"paths": OPTIONS["compare.paths"], "halvings": 3}
     for section in ("problem", "model", "init", "dynamics", "save"):
@@ -203,26 +218,126 @@ def test_reproduce_noise_sme_config_is_this_one():
     assert (cfg["seed"], cfg["x64"]) == (SME["seed"], SME["x64"])
 
 
+def _weak_claim(tables):
+    errors = noise_sme.sme_error_table(tables["weak"], tables["moments"])
+    return noise_sme.sme_weak_order_claim(tables["weak"], errors)
+
+
 def test_claim_sme_weak_order_passes_on_the_sme(sme_tables):
-    claim = reproduce_noise.sme_weak_order_claim(sme_tables["weak"])
+    claim = _weak_claim(sme_tables)
     assert claim.verdict == "pass", claim.measurement
+    errors = noise_sme.sme_error_table(sme_tables["weak"], sme_tables["moments"])
+    # The noiseless flow (T4's closed form) is ~7× further from SGD than the SME is.
+    assert np.all(errors["flow_error"].abs() > 5 * errors["sme_error"].abs()), errors
 
 
 @pytest.mark.parametrize("wrong", [2.0, 0.5])
 def test_mutant_claim_sme_weak_order_wrong_theory(sme_tables, monkeypatch, wrong):
     """A wrong theory of the SME's accuracy — second order (the second-order SME's), or
     order ½ (a strong order) — fails on the same data."""
-    monkeypatch.setattr(reproduce_noise, "WEAK_ORDER", wrong)
-    claim = reproduce_noise.sme_weak_order_claim(sme_tables["weak"])
+    monkeypatch.setattr(noise_sme, "WEAK_ORDER", wrong)
+    claim = _weak_claim(sme_tables)
+    assert claim.verdict == "fail", claim.measurement
+
+
+def test_mutant_claim_sme_weak_order_noiseless_flow(sme_tables):
+    """SGD against the noiseless flow (the SME's means replaced by T4's closed form, which
+    the flow side would measure): weak order 1 too, but no gain over itself, so it fails."""
+    weak, moments = sme_tables["weak"].copy(), sme_tables["moments"]
+    errors = noise_sme.sme_error_table(weak, moments)
+    trace = (weak["observable"] == "balance_trace").to_numpy()
+    flow = errors.set_index("dynamics.eta")["flow_trace"]
+    weak.loc[trace, "flow.mean"] = weak.loc[trace, "dynamics.eta"].map(flow).to_numpy()
+    weak.loc[trace, "error"] = weak.loc[trace, "optimizer.mean"] - weak.loc[trace, "flow.mean"]
+    weak.loc[trace, "error_se"] = weak.loc[trace, "optimizer.se"]
+    p, se = weak_order(weak, "balance_trace")
+    assert abs(p - 1.0) < 0.1, (p, se)  # first order: the old claim passed it
+    claim = noise_sme.sme_weak_order_claim(weak, noise_sme.sme_error_table(weak, moments))
     assert claim.verdict == "fail", claim.measurement
 
 
 @pytest.mark.slow
 def test_mutant_claim_sme_weak_order_sqrt_eta_noise(monkeypatch):
     """The wrong implementation (noise coefficient √η with time in steps) fails the claim."""
-    weak = _mutant_weak(monkeypatch, _sqrt_eta_noise)
-    claim = reproduce_noise.sme_weak_order_claim(weak)
+    monkeypatch.setattr(programs, "PROGRAMS", {})
+    _sqrt_eta_noise(monkeypatch)
+    claim = _weak_claim(compare(SME, overrides=OPTIONS))
     assert claim.verdict == "fail", claim.measurement
+
+
+# The SME's spread s = √((N − b)/((N − 1)bN)) as the plausible bugs would write it.
+WRONG_SPREADS = {
+    "no square root": lambda right, N, b: right(N, b) ** 2,
+    "with replacement": lambda right, N, b: (b * N) ** -0.5,
+    "batch + 1": lambda right, N, b: right(N, b + 1),
+    "batch − 1": lambda right, N, b: right(N, b - 1),
+}
+
+
+@pytest.fixture(scope="module")
+def step_data():
+    """One Euler–Maruyama step of the SME of the experiment's config, at its quick size:
+    (A, B, dt, deltas, η, b)."""
+    point = config_lib.resolve(SME)
+    A, B, dt = noise_sme.sme_step_states(point, noise_sme.STEP_PATHS["quick"])
+    _, deltas = noise_sme.sample_gradients(point, A[0, 0], B[0, 0])
+    return A, B, dt, deltas, point["dynamics"]["eta"], point["dynamics"]["batch"]
+
+
+@pytest.mark.slow
+def test_claim_sme_step_noise_passes_on_the_sme(step_data):
+    step = noise_sme.sme_step_table(*step_data)
+    claim = noise_sme.sme_step_noise_claim(step)
+    assert claim.verdict == "pass", claim.measurement
+    assert set(step["paths"]) == {noise_sme.STEP_PATHS["quick"]} and len(step) == 18
+    # Measured (seed 0, 32768 paths): max |z| 1.5; with replacement 14.0 SE off, b ± 1 58, 95.
+    assert step["z_replace"].abs().max() > noise_sme.STEP_Z_WRONG + 1, step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrong_replace, dbatch", [(True, 0), (False, 1), (False, -1)])
+def test_mutant_claim_sme_step_noise_wrong_theory(step_data, monkeypatch, wrong_replace, dbatch):
+    """A wrong theory — T10's term with replacement, or with the batch off by one — fails
+    on the right SME's data."""
+    right = theory.minibatch_noise_balance_drift
+
+    def wrong(A, B, deltas, eta, lam, batch, replace=True):
+        return right(A, B, deltas, eta, lam, batch + dbatch, replace=wrong_replace)
+
+    monkeypatch.setattr(theory, "minibatch_noise_balance_drift", wrong)
+    claim = noise_sme.sme_step_noise_claim(noise_sme.sme_step_table(*step_data))
+    assert claim.verdict == "fail", claim.measurement
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(WRONG_SPREADS))
+def test_source_mutant_sme_spread_fails_sme_step_noise(monkeypatch, name):
+    """The SME's spread written wrong in rankflow's source (``minibatch_spread``): the
+    claim's data run in-process under the patch (a fresh program cache) and it fails."""
+    monkeypatch.setattr(programs, "PROGRAMS", {})
+    _patch_spread(monkeypatch, WRONG_SPREADS[name])
+    point = config_lib.resolve(SME)
+    A, B, dt = noise_sme.sme_step_states(point, noise_sme.STEP_PATHS["quick"])
+    _, deltas = noise_sme.sample_gradients(point, A[0, 0], B[0, 0])
+    d = point["dynamics"]
+    step = noise_sme.sme_step_table(A, B, dt, deltas, d["eta"], d["batch"])
+    claim = noise_sme.sme_step_noise_claim(step)
+    assert claim.verdict == "fail", (name, claim.measurement)
+    assert step["z"].abs().max() > 2 * noise_sme.STEP_Z_MAX, (name, claim.measurement)
+
+
+@pytest.mark.slow
+def test_source_mutant_sme_spread_without_square_root_fails_both_claims(monkeypatch):
+    """The bug that passed the weak order alone (order 1.007 ± 0.013, error 7× larger):
+    through :func:`noise_sme.sme_tables`, as ``reproduce`` runs it, both claims fail."""
+    monkeypatch.setattr(programs, "PROGRAMS", {})
+    _patch_spread(monkeypatch, WRONG_SPREADS["no square root"])
+    tables = noise_sme.sme_tables(SME | {"compare": {"paths": 64, "halvings": 3}})
+    weak = noise_sme.sme_weak_order_claim(tables["weak"], tables["errors"])
+    assert weak.verdict == "fail", weak.measurement
+    assert tables["errors"]["gain_z"].max() < 2, tables["errors"]  # the SME is the flow
+    step = noise_sme.sme_step_noise_claim(tables["step"])
+    assert step.verdict == "fail", step.measurement
 
 
 # --- input compare refuses, before anything compiles ------------------------------------

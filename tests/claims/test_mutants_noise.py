@@ -190,7 +190,7 @@ DATA = {
 
 
 def test_mutant_claims_are_the_passable_claims():
-    import test_compare_sme  # noise.sme_weak_order's mutants run on compare's tables there
+    import test_compare_sme  # the SME claims' mutants run on noise_sme.sme_tables' data there
 
     assert MUTANT_CLAIMS + test_compare_sme.MUTANT_CLAIMS == noise.CLAIMS
     assert set(MUTANTS) == set(DATA) == set(MUTANT_CLAIMS)

@@ -79,7 +79,7 @@ def inside_bracket(ratios, ratio_ses, brackets, tol: float, k: float = 3.0) -> b
 
 
 def weak_order_ok(n: dict, order: float = 1.0, tol: float = 0.2, z_min: float = 2.0) -> bool:
-    """T10 (as the reproduce claim noise.sme_weak_order): the fitted weak order within
+    """T10 (as the weak-order part of the claim noise.sme_weak_order): the fitted order within
     ``tol`` of ``order``, its standard error at most ``tol``, every η's error resolved."""
     ok = abs(n["order"] - order) <= tol and n["order_se"] <= tol
     return ok and all(abs(z) >= z_min for z in n["z"])
