@@ -120,3 +120,18 @@ def test_mismatches_catch_a_float_off_by_more_than_rounding_and_any_other_column
     status["t"].loc[1, "status"] = "diverged"
     assert device.mismatches(status, ref, 1e-4)[0] == ["t.status: differs from CPU"]
     assert device.mismatches({}, ref, 1e-4)[0] == ["t: other columns or rows than on CPU"]
+
+
+@pytest.mark.slow
+def test_sweep_scale_script_reports_the_plan_the_gaps_and_the_first_chunk(tmp_path):
+    """``python -m benchmarks.sweep_scale --quick`` (issue #35; ~10 s): every number it
+    reports, read back from its JSON (no timing asserted: this is a smoke test)."""
+    res = _script(
+        "benchmarks.sweep_scale", "--quick", "--repeats", "1", "--json", str(tmp_path / "s.json")
+    )
+    assert res.returncode == 0, res.stderr
+    got = json.loads((tmp_path / "s.json").read_text())
+    assert got["points"] == 10**4 and got["structures"] == 1000
+    assert got["plan_s"] > 0 and got["gap_max_ms"] >= got["gap_median_ms"] > 0
+    assert 0 < got["import_s"] < got["first_chunk_s"]
+    assert "targets:" in res.stdout
