@@ -134,25 +134,30 @@ def run_chunks(
     quiet: bool = True,
     ident: store.Identity | None = None,
     planned: tuple[Any, Sequence[Chunk], set[int]] | None = None,
-) -> list[dict[str, pd.DataFrame]]:
+) -> list[dict[str, pd.DataFrame] | None]:
     """Run the chunks ``indices`` (default: all) of ``cfg``'s plan; with ``out``, write
     each as it finishes, recording ``ident`` (default: :func:`sweep_identity`), and
-    skip those already there. Returns the tables computed here (with ``out``, an empty
-    entry per chunk: written, not held, so memory stays O(chunk)). Also the body of
+    skip those already there. Returns the tables computed here (with ``out``, None per
+    chunk: written, not held, so memory stays O(chunk)). Also the body of
     each SLURM array task: it checks and removes only its own chunks' files, so tasks
     running at once never touch each other's. ``planned``: ``(points, chunks,
     finished)`` of a caller that planned and checked the directory already."""
     points, chunks, finished = planned or (*plan(family, cfg, chunk), None)
-    todo = list(chunks) if indices is None else [chunks[i] for i in indices]
     if out is not None and finished is None:
         ident = ident or sweep_identity(family, cfg, out, len(chunks))
-        finished, _ = finished_chunks(family, out, points, todo, ident)
-    todo = [c for c in todo if c.index not in (finished or ())]
+        mine = chunks if indices is None else [chunks[i] for i in indices]
+        finished, _ = finished_chunks(family, out, points, mine, ident)
+    finished = finished or set()
+
+    def todo():  # made as they run: a plan of 10⁶ chunks is never a list
+        mine = chunks if indices is None else (chunks[i] for i in indices)
+        return (c for c in mine if c.index not in finished)
+
     swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
     total = sum(c.rows for c in chunks)
-    with progress(total, total - sum(c.rows for c in todo), quiet) as bar, frozen_gc():
-        for c in todo:
+    with progress(total, total - sum(c.rows for c in todo()), quiet) as bar, frozen_gc():
+        for c in todo():
             try:
                 tables = _compute(family.run_chunk, points, c, swept)
             except Exception as e:
@@ -163,7 +168,7 @@ def run_chunks(
             if out is not None:
                 for table in family.tables:
                     store.write_chunk(out, c.index, tables[table], table, ident)
-            frames.append(tables if out is None else {})  # written: not held in memory
+            frames.append(tables if out is None else None)  # written: not held in memory
             bar.update(c.rows)
     return frames
 
