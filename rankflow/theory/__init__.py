@@ -24,7 +24,9 @@ Where each item of docs/theory.md lives:
   minimum: :func:`gd_rate_bracket`.
 - T4 and T5 under a learning-rate schedule (``D(t) = e^{−2λ∫η}D(0)``; T5 with η_k):
   :func:`gf_balance_scheduled` (D or any norm of it),
-  :func:`scheduled_balance_exponent`, :func:`gd_scheduled_contraction`; per-factor
+  :func:`scheduled_balance_exponent`, :func:`gd_scheduled_contraction` (with
+  :func:`gd_scheduled_etas`, optax's η_k) and the bound its η² terms put on the measured
+  decay, :func:`gd_scheduled_bracket`; per-factor
   learning-rate multipliers (``d/dt(AᵀA/c_A − BᵀB/c_B) = −2ηλD``):
   :func:`scaled_balance`, :func:`scaled_balance_rate`.
 - T6, SGF: ``E[D(t)]`` in closed form: :func:`sgf_mean_balance`,
@@ -106,7 +108,9 @@ from ._nuclear import ridge_minimisers as ridge_minimisers
 from ._nuclear import svt as svt
 from ._nuclear import t1_gap as t1_gap
 from ._nuclear import t2_bound as t2_bound
+from ._schedule import gd_scheduled_bracket as gd_scheduled_bracket
 from ._schedule import gd_scheduled_contraction as gd_scheduled_contraction
+from ._schedule import gd_scheduled_etas as gd_scheduled_etas
 from ._schedule import gf_balance_scheduled as gf_balance_scheduled
 from ._schedule import scaled_balance as scaled_balance
 from ._schedule import scaled_balance_rate as scaled_balance_rate
@@ -128,7 +132,9 @@ __all__ = [
     "schatten_scalar_objective",
     "schatten_scalar_stationarity",
     "schatten_threshold",
+    "gd_scheduled_bracket",
     "gd_scheduled_contraction",
+    "gd_scheduled_etas",
     "gf_balance_scheduled",
     "scaled_balance",
     "scaled_balance_rate",

@@ -3,9 +3,12 @@
 and the balance of a pair whose factors have their own learning-rate multipliers.
 
 T4 scheduled: ``dD/dt = −2η(t)λ D``, so ``D(t) = e^{−2λ∫₀ᵗη(s)ds} D(0)`` for any loss.
-T5 scheduled: the step from k to k + 1 uses ``η_k = η(k)``, and T5 holds with η_k:
+T5 scheduled: the step from k to k + 1 uses ``η_k = η(k)`` (:func:`gd_scheduled_etas`,
+from optax's own schedules), and T5 holds with η_k:
 ``D_{k+1} = (1 − η_kλ)² D_k + η_k²(BᵀGᵀGB − AᵀGGᵀA)`` (:func:`gd_balance_step` with
-``eta = η_k``); the leading factor over k steps is ``Π_{j<k} (1 − η_jλ)²``.
+``eta = η_k``); the leading factor over k steps is ``Π_{j<k} (1 − η_jλ)²``, and the
+η² terms bound how far the measured decay may stray from it
+(:func:`gd_scheduled_bracket`).
 
 Multipliers c_A, c_B (the whole step of A, decay included, times c_A: PyTorch's
 per-group learning rate): ``dA/dt = −c_A η(GB + λA)``, ``dB/dt = −c_B η(GᵀA + λB)``.
@@ -17,11 +20,13 @@ obeys a closed law.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jaxtyping import Array, ArrayLike, Float
 
-from ..numerics.schedules import Schedule, eta_at, eta_integral
+from ..numerics.schedules import Schedule, eta_integral
 from ._common import Scalar, float_dtype, outer_scale
 
 # --- T4 under a schedule -------------------------------------------------------------------
@@ -77,6 +82,44 @@ def gf_balance_scheduled(
 # --- T5 under a schedule -------------------------------------------------------------------
 
 
+def gd_scheduled_etas(eta: ArrayLike, k: ArrayLike, schedule: Schedule | None) -> np.ndarray:
+    """T11: ``η_k = η(k)``, the learning rate of the GD step from k to k + 1 under
+    ``schedule`` (numpy, float64; ``k`` whole numbers of any shape), computed by optax's
+    own schedules, the definition that :mod:`rankflow.numerics.schedules` follows and
+    independently of its formulas: warmup_cosine is
+    ``optax.warmup_cosine_decay_schedule(0, η, w, t1, fη)``, linear is
+    ``optax.linear_schedule(0, η, w)`` joined at w to ``linear_schedule(η, fη, t1 − w)``;
+    after t1 both stay at fη, and without warmup the second part starts at once.
+
+    Examples:
+      >>> from rankflow.numerics.schedules import Schedule
+      >>> from rankflow.theory import gd_scheduled_etas
+      >>> warmup = Schedule("linear", warmup=10.0, final_fraction=0.5, t1=20.0)
+      >>> gd_scheduled_etas(0.1, [0, 5, 10, 15, 20, 30], warmup).round(6).tolist()
+      [0.0, 0.05, 0.1, 0.075, 0.05, 0.05]
+      >>> cosine = Schedule("warmup_cosine", warmup=0.0, final_fraction=0.0, t1=10.0)
+      >>> gd_scheduled_etas(0.1, [0, 5, 10], cosine).round(6).tolist()  # ½η(1 + cos(πk/10))
+      [0.1, 0.05, 0.0]
+    """
+    k = np.asarray(k, np.int64)
+    eta = float(eta)
+    if schedule is None or schedule.constant:
+        return np.full(k.shape, eta)
+    w, f, t1 = schedule.warmup, schedule.final_fraction, schedule.t1
+    if t1 <= w:  # nothing follows the warmup: the final value from its end on
+        after = optax.constant_schedule(f * eta)
+    elif schedule.kind == "warmup_cosine":
+        after = optax.cosine_decay_schedule(eta, t1 - w, alpha=f)
+    elif schedule.kind == "linear":
+        after = optax.linear_schedule(eta, f * eta, t1 - w)
+    else:
+        raise ValueError(f"dynamics.schedule: no schedule named {schedule.kind!r}")
+    parts = [optax.linear_schedule(0.0, eta, w), after] if w > 0 else [after]
+    with jax.enable_x64(True):
+        lr = optax.join_schedules(parts, [w] if w > 0 else [])
+        return np.asarray(lr(jnp.asarray(k, jnp.float64)), np.float64)
+
+
 def gd_scheduled_contraction(
     eta: ArrayLike, lam: ArrayLike, k: ArrayLike, schedule: Schedule | None
 ) -> np.ndarray:
@@ -93,10 +136,62 @@ def gd_scheduled_contraction(
       [1.0, 0.990025]
     """
     k = np.asarray(k, np.int64)
-    n = int(k.max(initial=0))
-    etas = np.broadcast_to(eta_at(np.arange(n, dtype=np.float64), float(eta), schedule), (n,))
+    etas = gd_scheduled_etas(eta, np.arange(int(k.max(initial=0))), schedule)
     logs = np.concatenate([[0.0], np.cumsum(2.0 * np.log(np.abs(1.0 - etas * float(lam))))])
     return np.exp(logs[k])
+
+
+def gd_scheduled_bracket(
+    A: Float[ArrayLike, "K m r"],
+    B: Float[ArrayLike, "K n r"],
+    G: Float[ArrayLike, "K m n"],
+    etas: Float[ArrayLike, " K"],
+    lam: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
+    """T5 with η_k, over a run *(derived)*: how far T5's η² terms let the measured decay
+    stray from T11's leading factor. For k = 0, …, K, bounds ``(low, high)`` on
+
+    ``log(‖D_k‖_F/‖D_0‖_F) − log Π_{j<k} (1 − η_jλ)²``.
+
+    Per step, ``D_{j+1} = c_j D_j + η_j² R_j`` with ``c_j = (1 − η_jλ)²`` and
+    ``R_j = BᵀGᵀGB − AᵀGGᵀA`` (T5), so by the triangle inequality
+    ``‖D_{j+1}‖/(c_j‖D_j‖) ∈ [1 − ρ_j, 1 + ρ_j]`` with ``ρ_j = η_j²‖R_j‖_F/(c_j‖D_j‖_F)``,
+    and the sum of the logs over j < k bounds the departure: ``[Σ log(1 − ρ_j),
+    Σ log(1 + ρ_j)]`` (−∞ below once some ρ_j ≥ 1). Numpy, float64.
+
+    Args:
+      A: the factor A before each step j = 0, …, K − 1, stacked along the first axis.
+      B: the factor B before each step, stacked likewise.
+      G: the loss gradient ``∇L(A_jB_jᵀ)`` before each step, stacked likewise.
+      etas: ``η_j`` of each step (:func:`gd_scheduled_etas`).
+      lam: the weight decay λ.
+
+    Examples:
+      >>> import numpy as np
+      >>> from rankflow.theory import gd_scheduled_bracket
+      >>> A, B = np.array([[[2.0]], [[1.8]]]), np.array([[[1.0]], [[0.9]]])  # K = 2 steps
+      >>> low, high = gd_scheduled_bracket(A, B, np.zeros((2, 1, 1)), [0.1, 0.1], 0.5)
+      >>> low.tolist(), high.tolist()  # G = 0: T5 is its leading factor exactly
+      ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+      >>> A, B, G = np.array([[[2.0]]]), np.array([[[1.0]]]), np.array([[[0.5]]])  # K = 1
+      >>> low, high = gd_scheduled_bracket(A, B, G, [0.1], 0.5)
+      >>> A1, B1 = 0.95 * 2.0 - 0.1 * 0.5 * 1.0, 0.95 * 1.0 - 0.1 * 0.5 * 2.0  # one GD step
+      >>> departure = np.log((A1**2 - B1**2) / 3.0) - np.log(0.95**2)  # D_0 = 3, ηλ = 0.05
+      >>> round(float(low[1]), 6), round(float(departure), 6), round(float(high[1]), 6)
+      (-0.002774, -0.002774, 0.002766)
+    """
+    A, B, G = (np.asarray(x, np.float64) for x in (A, B, G))
+    etas = np.asarray(etas, np.float64)
+    tr = lambda X: np.swapaxes(X, -1, -2)  # noqa: E731
+    GB, GtA = G @ B, tr(G) @ A
+    R = tr(GB) @ GB - tr(GtA) @ GtA
+    D = tr(A) @ A - tr(B) @ B
+    c = (1.0 - etas * float(lam)) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = etas**2 * np.linalg.norm(R, axis=(-2, -1)) / (c * np.linalg.norm(D, axis=(-2, -1)))
+        low = np.log(np.clip(1.0 - rho, 0.0, None))
+    zero = np.zeros(1)
+    return np.concatenate([zero, np.cumsum(low)]), np.concatenate([zero, np.cumsum(np.log1p(rho))])
 
 
 # --- per-factor learning-rate multipliers --------------------------------------------------
