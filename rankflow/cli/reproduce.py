@@ -19,10 +19,11 @@ def add_parser(sub) -> None:
         help="the paper's claims as experiments: runs them, writes figures, tables and "
         "DIR/report.md with a pass/fail verdict per claim",
         description="Run the experiments of sims/reproduce/ (toy, balancing, rank, discrete, "
-        "attention; pretrained with --checkpoint) through rankflow's own machinery and write "
-        "DIR/report.md (each claim: prediction, measurement, tolerance, verdict, figure), "
-        "DIR/figures/*.png and DIR/tables/. Exit status 0 when every verdict passes, 1 when "
-        "one fails, 2 when an experiment crashes (the others still run and are reported). "
+        "optimizers, noise, attention, rebuttal, depth, reference; pretrained with "
+        "--checkpoint) through rankflow's own machinery and write DIR/report.md (each "
+        "claim: prediction, measurement, tolerance, verdict, figure), DIR/figures/*.png and "
+        "DIR/tables/. Exit status 0 when every verdict passes, 1 when one fails, 2 when an "
+        "experiment crashes (the others still run and are reported). "
         "Runs are kept in DIR/runs/, so a rerun into DIR resumes.",
     )
     reproduce.add_argument(

@@ -10,8 +10,8 @@ every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
 ``inspect_series`` (checkpoint series), ``attention``, ``rebuttal`` (the rebuttal
-experiments), ``reproduce`` and ``noise`` (the figures of ``rankflow reproduce`` the others
-do not draw); ``common`` holds axis text, colours, medians over runs and
+experiments), ``reproduce``, ``noise`` and ``optimizers`` (the figures of ``rankflow
+reproduce`` the others do not draw); ``common`` holds axis text, colours, medians over runs and
 :func:`save_figure`.
 """
 
@@ -37,6 +37,7 @@ from .inspect_series import series_figures as series_figures
 from .inspect_series import series_gap_figure as series_gap_figure
 from .inspect_series import series_rate_figure as series_rate_figure
 from .noise import noise_models_figure as noise_models_figure
+from .optimizers import optimizers_figure as optimizers_figure
 from .rebuttal import rebuttal_figure as rebuttal_figure
 from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
 from .reproduce import balancing_figure as balancing_figure

@@ -2,11 +2,11 @@
 verdict report.
 
 Each experiment is one module (``toy``, ``balancing``, ``rank``, ``discrete``,
-``noise``, ``attention``, ``rebuttal``, ``depth``, ``reference``, ``pretrained``) with a
-``run_experiment(ctx)`` that runs its configs from ``sims/reproduce/`` through the same
-machinery as the rest of rankflow (``rankflow.run``, ``rankflow.compare``,
-``rankflow.attention``, ``rankflow.inspect``), writes tables and figures, and records
-claims with verdicts.
+``optimizers``, ``noise``, ``attention``, ``rebuttal``, ``depth``, ``reference``,
+``pretrained``) with a ``run_experiment(ctx)`` that runs its configs from
+``sims/reproduce/`` through the same machinery as the rest of rankflow (``rankflow.run``,
+``rankflow.compare``, ``rankflow.attention``, ``rankflow.inspect``), writes tables and
+figures, and records claims with verdicts.
 ``--quick`` runs the configs as written (minutes on a laptop); ``--full`` applies the
 overrides of ``sims/reproduce/full.toml`` (more seeds, larger sizes).
 
@@ -43,6 +43,7 @@ EXPERIMENTS = {
     "balancing": "balancing",
     "rank": "rank",
     "discrete": "discrete",
+    "optimizers": "optimizers",
     "noise": "noise",
     "attention": "attention",
     "rebuttal": "rebuttal",

@@ -16,8 +16,9 @@ The ten top-level float64 tables were captured by the pre-#13 code (commit bba76
 others (every config of ``sims/attention``, ``sims/noise`` and ``sims/reproduce``, and
 all float32 tables) by the pre-#27 code (commit 8af73a0), before the package moved into
 ``config/``, ``engine/``, ``numerics/`` and ``core/``; ``compare_sweep`` (a config added
-with issue #28) and ``reproduce/reference_adamw``, ``reproduce/reference_sgd`` (issue #30)
-by the code that added them.
+with issue #28), ``reproduce/reference_adamw``, ``reproduce/reference_sgd`` (issue #30)
+and ``reproduce/optimizers_momentum``, ``reproduce/optimizers_schedule`` (issue #33) by
+the code that added them.
 
 ``python tests/claims/golden_tables.py [--only SUBSTRING] [--f32]`` rewrites the tables from the
 current code: run it only when a change of the tables is intended, and say so in the
@@ -75,6 +76,10 @@ SLOW = {
     "reproduce/reference_sgd",
     "reproduce/noise_sme",
     "reproduce/discrete_sgd",
+    # 10-50 s each on a loaded 2-core host (a fresh process compiling its programs); the
+    # schedule's claims run in the default set (tests/claims/test_mutants_optimizers.py).
+    "reproduce/optimizers_momentum",
+    "reproduce/optimizers_schedule",
     "reproduce/noise_models",
     "reproduce/depth_rank_completion",
     "reproduce/depth_rank_sensing",

@@ -268,6 +268,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
     import test_mutants_depth
     import test_mutants_discrete
     import test_mutants_noise
+    import test_mutants_optimizers
     import test_mutants_reference
     import test_pretrained_verdict
 
@@ -277,6 +278,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
         | set(test_mutants_depth.MUTANT_CLAIMS)
         | set(test_mutants_discrete.MUTANT_CLAIMS)
         | set(test_mutants_noise.MUTANT_CLAIMS)
+        | set(test_mutants_optimizers.MUTANT_CLAIMS)
         | set(test_mutants_reference.MUTANT_CLAIMS)
         | set(test_compare_sme.MUTANT_CLAIMS)
         | set(test_pretrained_verdict.MUTANT_CLAIMS)

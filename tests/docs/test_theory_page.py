@@ -436,8 +436,13 @@ def test_mutant_claims():
     problems = claim_problems(misplaced)
     assert any("T8: lists balancing.gradient_flow" in p for p in problems)
     assert any("T8: discrete.gd_order checks T8" in p for p in problems)
-    none = _mutate(page, "no claim of `rankflow reproduce` checks T11", "nothing else")
-    assert any("T11" in p for p in claim_problems(none))
+    # A note that no claim checks T11, in a section that lists T11's claims.
+    none = _mutate(
+        page,
+        "**Reproduce:** GD under warmup-cosine",
+        "**Reproduce:** no claim of `rankflow reproduce` checks T11. GD under warmup-cosine",
+    )
+    assert any("T11: the section's claims and its 'no claim'" in p for p in claim_problems(none))
 
 
 def test_mutant_functions():
