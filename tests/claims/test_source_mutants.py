@@ -111,6 +111,51 @@ def sgd_noise_doubled(monkeypatch) -> None:
     patch_everywhere(monkeypatch, optimizers, "sgd_gaussian", noisier)
 
 
+def momentum_ema_swapped(monkeypatch) -> None:
+    """Momentum's EMA coefficient swapped: ``optax.ema(μ)`` for ``optax.ema(1 − μ)``, so
+    ``M ← μM + (1 − μ)g``."""
+    from rankflow.core import optimizers
+
+    def momentum(lr, lam, mu):
+        return optax.chain(
+            optax.ema(mu, debias=False),
+            optax.add_decayed_weights(lam),
+            optax.scale_by_learning_rate(lr),
+        )
+
+    patch_everywhere(monkeypatch, optimizers, "momentum", momentum)
+
+
+def schedule_one_step_off(monkeypatch) -> None:
+    """The optimizers' learning rate one step ahead: step k uses η(k + 1)."""
+    from rankflow.numerics import schedules
+
+    right = schedules.learning_rate
+
+    def learning_rate(eta, schedule=None):
+        lr = right(eta, schedule)
+        return (lambda k: lr(k + 1)) if callable(lr) else lr
+
+    patch_everywhere(monkeypatch, schedules, "learning_rate", learning_rate)
+
+
+def _spread_with(monkeypatch, change: Callable) -> None:
+    from rankflow.core import fields
+
+    right = fields.minibatch_spread
+    patch_everywhere(monkeypatch, fields, "minibatch_spread", lambda n, b: change(right, n, b))
+
+
+def sme_spread_without_root(monkeypatch) -> None:
+    """The SME's minibatch spread (N − b)/((N − 1)bN) without its square root."""
+    _spread_with(monkeypatch, lambda right, n, b: right(n, b) ** 2)
+
+
+def sme_spread_batch_off_by_one(monkeypatch) -> None:
+    """The SME's minibatch spread computed for b + 1 points where SGD draws b."""
+    _spread_with(monkeypatch, lambda right, n, b: right(n, b + 1))
+
+
 def _noise_term_with(monkeypatch, change: Callable) -> None:
     from rankflow.core import fields
 
@@ -262,6 +307,12 @@ MUTANTS = (
         "balancing.momentum_flow",
         momentum_flow_eta_mu_swapped,
     ),  # fmt: skip
+    Mutant(
+        "momentum_ema_swapped", "optimizers", "optimizers.momentum_order", momentum_ema_swapped
+    ),  # fmt: skip
+    Mutant(
+        "schedule_one_step_off", "optimizers", "optimizers.scheduled_gd_step", schedule_one_step_off
+    ),  # fmt: skip
     Mutant("parameter_noise_sigma", "discrete", "discrete.sgf_mean", parameter_noise_sigma),
     Mutant("balance_gap_spectral", "discrete", "discrete.sgf_floor", balance_gap_spectral),
     Mutant("sgd_noise_doubled", "discrete", "discrete.sgf_mean", sgd_noise_doubled),
@@ -272,6 +323,10 @@ MUTANTS = (
         "minibatch_with_replacement", "noise", "noise.sgd_step_mean", minibatch_with_replacement
     ),  # fmt: skip
     Mutant("batch_off_by_one", "noise", "noise.sgd_step_mean", batch_off_by_one),
+    Mutant("sme_spread_without_root", "noise", "noise.sme_weak_order", sme_spread_without_root),
+    Mutant(
+        "sme_spread_batch_off_by_one", "noise", "noise.sme_step_noise", sme_spread_batch_off_by_one
+    ),  # fmt: skip
     Mutant("depth_inner_undecayed", "depth", "depth.pairwise_decay", depth_inner_undecayed),
     Mutant("attention_vo_undecayed", "attention", "attention.rank", attention_vo_undecayed),
     Mutant(
