@@ -308,6 +308,9 @@ def no_floor_claim(floor: pd.DataFrame) -> Claim:
         f"is divided by {REFINE} (Euler–Maruyama's own floor is O(√dt): 0.5 expected)",
         verdict=verdict(ok),
         figure="noise_models.png",
+        one_sided="gradient noise's part is a bound (at least 20× below the floor, "
+        "shrinking with dt); T9's exact decay of D on every path, which a wrong rate "
+        "fails in either direction, is checked two-sided by noise.t9_pathwise",
     )
 
 
