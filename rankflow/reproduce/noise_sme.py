@@ -269,6 +269,11 @@ def sme_weak_order_claim(weak: pd.DataFrame, errors: pd.DataFrame) -> Claim:
         )
     else:
         measurement = "no weak table"
+    tolerance = (
+        f"|order − {WEAK_ORDER:g}| ≤ {WEAK_TOL:g}, its SE ≤ {WEAK_TOL:g}, every |z| ≥ "
+        f"{WEAK_Z:g}; at every η, |flow error| − |SME error| ≥ {FLOW_Z:g} SE (the two errors' "
+        "SEs in quadrature)"
+    )
     return Claim(
         experiment=NAME,
         name="noise.sme_weak_order",
@@ -281,9 +286,7 @@ def sme_weak_order_claim(weak: pd.DataFrame, errors: pd.DataFrame) -> Claim:
         "below the noiseless flow's (T4: e^{−2ηλt} tr D(0)) at every η — which any SDE "
         "with SGD's drift, the flow included, would not be, since all have order 1",
         measurement=measurement,
-        tolerance=f"|order − {WEAK_ORDER:g}| ≤ {WEAK_TOL:g}, its SE ≤ {WEAK_TOL:g}, every "
-        f"|z| ≥ {WEAK_Z:g}; at every η, |flow error| − |SME error| ≥ {FLOW_Z:g} SE (the two "
-        "errors' SEs in quadrature)",
+        tolerance=tolerance,
         verdict=verdict(ok),
         figure="noise_sme_weak.png",
     )

@@ -142,12 +142,9 @@ def gd_scheduled_contraction(
 
 
 def gd_scheduled_bracket(
-    A: Float[ArrayLike, "K m r"],
-    B: Float[ArrayLike, "K n r"],
-    G: Float[ArrayLike, "K m n"],
-    etas: Float[ArrayLike, " K"],
-    lam: ArrayLike,
-) -> tuple[np.ndarray, np.ndarray]:
+    A: Float[ArrayLike, "K m r"], B: Float[ArrayLike, "K n r"], G: Float[ArrayLike, "K m n"],
+    etas: Float[ArrayLike, " K"], lam: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """T5 with η_k, over a run *(derived)*: how far T5's η² terms let the measured decay
     stray from T11's leading factor. For k = 0, …, K, bounds ``(low, high)`` on
 
