@@ -14,10 +14,13 @@ TITLES = {
     "balancing": "2. Balancing rates across dynamics",
     "rank": "3. Rank against λ: matrix sensing and completion",
     "discrete": "4. Discrete against continuous",
-    "noise": "5. The noise of real SGD",
-    "attention": "6. Attention",
-    "rebuttal": "7. The rebuttal's experiments",
-    "pretrained": "8. A pretrained checkpoint",
+    "optimizers": "5. Momentum optimizers and learning-rate schedules",
+    "noise": "6. The noise of real SGD",
+    "attention": "7. Attention",
+    "rebuttal": "8. The rebuttal's experiments",
+    "depth": "9. Depth L",
+    "reference": "10. A training reference for checkpoints",
+    "pretrained": "11. A pretrained checkpoint",
 }
 MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
