@@ -153,3 +153,9 @@ def test_one_sided_claims_are_named_in_the_report():
     assert "| 2 | [toy.b](#toyb) | T4 | one-sided |" in text
     assert "| 3 | [toy.c](#toyc) | T4 | — |" in text
     assert text.count("| one-sided | a bound; partner toy.a |") == 1
+
+
+def test_every_experiment_has_a_title_in_run_order():
+    from rankflow.reproduce.report import TITLES
+
+    assert list(TITLES) == list(EXPERIMENTS)
