@@ -101,7 +101,17 @@ def test_sigint_during_a_chunk_of_over_a_minute_exits_in_seconds_and_resumes_exa
     pd.testing.assert_frame_equal(rankflow.load(out), reference, check_categorical=False)
 
 
-def test_a_chunk_is_computed_in_a_worker_the_main_thread_leaves_at_ctrl_c():
+@pytest.fixture
+def sigint_default():
+    """SIGINT raises KeyboardInterrupt in this process, as in a terminal (a job started in
+    the background of a non-interactive shell, as CI may start pytest, inherits SIGINT
+    ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_chunk_is_computed_in_a_worker_the_main_thread_leaves_at_ctrl_c(sigint_default):
     release = threading.Event()
 
     def chunk():  # blocks as XLA does, after the signal has gone to the main thread
@@ -124,7 +134,7 @@ def test_a_chunk_is_computed_in_a_worker_the_main_thread_leaves_at_ctrl_c():
     assert not executors.abandoned_chunk()
 
 
-def test_a_second_ctrl_c_exits_at_once(monkeypatch, capsys):
+def test_a_second_ctrl_c_exits_at_once(monkeypatch, capsys, sigint_default):
     class Exited(Exception):
         pass
 
