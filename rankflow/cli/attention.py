@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..config.fields import ConfigError
+from ..engine import progress
 from .common import add_command, add_sweep_options, run_sweep, warnings_as_lines
 from .helptext import SWEEP_EXAMPLE, attention_epilog
 
@@ -81,6 +82,7 @@ def _add_plot(attention_sub) -> None:
     )
 
 
+@progress.reported("attention train")
 def cmd_train(args: argparse.Namespace) -> int:
     """Validate the config (before compiling), then train its sweep into ``--out``."""
     from ..attention import resolve

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from ..config.fields import ConfigError
+from ..engine import progress
 from ..engine.writer import check_out
 from .common import add_command
 
@@ -110,6 +111,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
 
 
+@progress.reported("inspect")
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Inspect the checkpoint into ``--out``, its figures drawn by ``rankflow.plots``
     (unless ``--no-figures``); print the summary."""

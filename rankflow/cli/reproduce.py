@@ -6,6 +6,7 @@ import argparse
 import time
 
 from ..config.fields import ConfigError
+from ..engine import progress
 from ..engine.writer import check_out
 from .common import add_command
 
@@ -44,6 +45,7 @@ def add_parser(sub) -> None:
     reproduce.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+@progress.reported("reproduce")
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run the experiments and write the report; exit status 1 when a claim fails."""
     from ..reproduce import check_options, reproduce

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..core import config as config_lib
+from ..engine import progress
 from .common import add_command, add_sweep_options, run_sweep
 from .helptext import SWEEP_EXAMPLE, run_epilog
 
@@ -34,6 +35,7 @@ def add_parser(sub) -> None:
     )
 
 
+@progress.reported("run")
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate the config (before compiling), then run its sweep into ``--out``."""
     from ..core.family import execute

@@ -156,7 +156,11 @@ def run_chunks(
     swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
     frames = []
     total = sum(c.rows for c in chunks)
-    with progress(total, total - sum(c.rows for c in todo()), quiet) as bar, frozen_gc():
+    left = (sum(c.rows for c in todo()), sum(1 for _ in todo()))
+    with (
+        progress(total, total - left[0], quiet, len(chunks), len(chunks) - left[1]) as bar,
+        frozen_gc(),
+    ):
         for c in todo():
             try:
                 tables = _compute(family.run_chunk, points, c, swept)

@@ -22,7 +22,6 @@ import importlib
 import os
 import shlex
 import shutil
-import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.fields import ConfigError
-from ..engine import programs
+from ..engine import programs, progress
 from ..engine.writer import claimed
 from . import report as report_lib
 from ._common import MODES, Claim, Context
@@ -216,38 +215,48 @@ def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
         for a in [f"--{mode}", *(["--only", *only] if only else []), "--out", str(out)]
     )
     path = out / "report.md"
-    for name in names:
-        t0 = time.perf_counter()
-        if not quiet:
-            print(f"rankflow reproduce: {name} …", file=sys.stderr, flush=True)
-        module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
-        ctx.notes = []
-        try:
-            module.run_experiment(ctx)
-        except ConfigError:
-            raise  # the user's mistake (a bad checkpoint): one line, nothing replaced
-        except Exception as e:  # noqa: BLE001 - a crash is reported; the others still run
-            crashed[name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            trace = ctx.tables / f"crash_{name}.txt"
-            trace.write_text("".join(traceback.format_exception(e)))
-            ctx.notes.append(
-                f"**Crashed** ({crashed[name]}): no verdict from this experiment; the "
-                f"traceback is in `tables/{trace.name}`; `rankflow reproduce` exits with status 2."
-            )
-        programs.release()  # an experiment's programs are not reused by the next
-        notes[name] = list(ctx.notes)
-        seconds[name] = time.perf_counter() - t0
-        if not quiet:
-            mine = [c for c in ctx.claims if c.experiment == name]
-            n = report_lib.counts(mine)
-            print(
-                f"rankflow reproduce: {name}: {n['pass']} pass, {n['fail']} fail, "
-                f"{n['observation']} observations in {seconds[name]:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-        path = report_lib.write(
-            out, ctx.claims, mode=mode, seconds=seconds, notes=notes, provenance=info,
-            command=command,
-        )  # fmt: skip
+    start = time.perf_counter()
+    with progress.heartbeat(quiet):
+        for i, name in enumerate(names, 1):
+            step = f"rankflow reproduce: [{i}/{len(names)}] {name}"
+            if not quiet:
+                progress.say(f"{step} … ({time.perf_counter() - start:.0f} s in all)")
+            with progress.activity(f"{name} {i}/{len(names)}"):
+                notes[name], seconds[name], error = _experiment(ctx, name)
+            if error is not None:
+                crashed[name] = error
+            if not quiet:
+                n = report_lib.counts([c for c in ctx.claims if c.experiment == name])
+                progress.say(
+                    f"{step}: {n['pass']} pass, {n['fail']} fail, "
+                    f"{n['observation']} observations in {seconds[name]:.0f} s "
+                    f"({time.perf_counter() - start:.0f} s in all)"
+                )
+            path = report_lib.write(
+                out, ctx.claims, mode=mode, seconds=seconds, notes=notes, provenance=info,
+                command=command,
+            )  # fmt: skip
     return Result(list(ctx.claims), path, seconds, crashed)
+
+
+def _experiment(ctx: Context, name: str) -> tuple[list[str], float, str | None]:
+    """Run experiment ``name`` into ``ctx``: its notes, its seconds and, when it crashed,
+    its error (the traceback in ``tables/crash_NAME.txt``, a note saying so)."""
+    t0 = time.perf_counter()
+    module = importlib.import_module(f".{EXPERIMENTS[name]}", __name__)
+    ctx.notes = []
+    error = None
+    try:
+        module.run_experiment(ctx)
+    except ConfigError:
+        raise  # the user's mistake (a bad checkpoint): one line, nothing replaced
+    except Exception as e:  # noqa: BLE001 - a crash is reported; the others still run
+        error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        trace = ctx.tables / f"crash_{name}.txt"
+        trace.write_text("".join(traceback.format_exception(e)))
+        ctx.notes.append(
+            f"**Crashed** ({error}): no verdict from this experiment; the "
+            f"traceback is in `tables/{trace.name}`; `rankflow reproduce` exits with status 2."
+        )
+    programs.release()  # an experiment's programs are not reused by the next
+    return list(ctx.notes), time.perf_counter() - t0, error
