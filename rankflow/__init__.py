@@ -1,8 +1,9 @@
 """rankflow: weight decay on factorised weights W = ABᵀ, continuous and discrete.
 
 Public API: :func:`run` (config → results table), :func:`load` (results directory →
-table), :func:`resolve`, :class:`ConfigError`, and :func:`use_all_cores` (one JAX CPU
-device per core, as the ``rankflow`` command has). Importing rankflow has no side
+table), :func:`load_states` (its factors at the saves, with ``save.states``),
+:func:`resolve`, :class:`ConfigError`, and :func:`use_all_cores` (one JAX CPU device
+per core, as the ``rankflow`` command has). Importing rankflow has no side
 effects: it changes neither ``XLA_FLAGS`` nor JAX's config.
 
 The public subpackages (:data:`SUBPACKAGES`) are attributes of the package, each imported
@@ -28,6 +29,7 @@ from .config.fields import ConfigError as ConfigError
 from .core.config import resolve as resolve
 from .engine.devices import use_all_cores as use_all_cores
 from .engine.store import load as load
+from .engine.store import load_states as load_states
 
 __version__ = "0.1.0"
 SUBPACKAGES = (
@@ -44,7 +46,7 @@ SUBPACKAGES = (
     "theory",
     "track",
 )
-__all__ = ["SUBPACKAGES", "ConfigError", "load", "resolve", "run", "use_all_cores"]
+__all__ = ["SUBPACKAGES", "ConfigError", "load", "load_states", "resolve", "run", "use_all_cores"]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from . import engine
-from .core.family import CORE
+from .core import config as config_lib
+from .engine import enable_compilation_cache
 
 __all__ = ["run"]
 
@@ -42,7 +42,9 @@ def run(
 
     Returns:
       One row per run × path × saved time; its columns are listed with their meanings
-      in docs/reference/columns.md.
+      in docs/reference/columns.md. With ``save.states = true``, ``df.attrs["states"]``
+      holds the factors at the saves (:class:`rankflow.engine.store.States`, the same
+      as :func:`rankflow.load_states` reads from ``out``).
 
     Raises:
       ConfigError: on any invalid field, before anything is compiled.
@@ -60,6 +62,10 @@ def run(
       >>> df[["sv_1", "sv_2"]].iloc[-1].round(3).tolist()
       [0.9, 0.4]
     """
+    from .core.family import execute
+
     options = dict(out=out, resume=resume, chunk=chunk, executor=executor, slurm=slurm)
-    df, _ = engine.run(CORE, config, overrides, quiet=quiet, **options)
+    cfg = config_lib.resolve(config, overrides)  # every config error before compiling
+    enable_compilation_cache()
+    df, _ = execute(cfg, quiet=quiet, **options)
     return df

@@ -473,7 +473,7 @@ def check_sweep(sweep: dict[str, Any], schema: Schema) -> None:
                 f"unquoted dotted key, or a [sweep.{key}] table, as a nested table)"
             )
         field(key, schema)
-        if key in ("x64", "name"):
+        if key in ("x64", "name", "save.states"):
             raise ConfigError(
                 f"sweep.{key}: not sweepable; sweepable keys are the others of "
                 f"{', '.join(keys_of(schema))}"

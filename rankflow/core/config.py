@@ -191,6 +191,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "num": Field(INT, 101, "evenly spaced saves from 0 to t1", ge(2)),
         "ts": Field(LIST, None, "explicit save times (overrides t1/num)", optional=True),
         "rank_tol": Field(NUM, 1e-3, "rank counts sv > rank_tol·sv_1", gt(0)),
+        "states": Field(
+            BOOL,
+            False,
+            "also keep the factors at every save (A, B; W_1 … W_L at depth L; per path): "
+            "DIR/states.parquet/, read by rankflow.load_states (not sweepable)",
+        ),
     },
 }
 

@@ -5,33 +5,43 @@ local device or as a SLURM job array, each finished chunk written atomically to
 Points are grouped by :func:`config.structure_key` (one compiled
 :class:`~rankflow.core.program.Program` per group); each group's runs ``(run_id, path)``
 are cut into chunks of :func:`default_chunk_size` runs.
+
+With ``save.states = true`` the sweep runs as :data:`CORE_STATES`, whose chunks also
+write the factors at the saves (``DIR/states.parquet/``, beside the results' chunks):
+their bytes count in the chunk's memory and the sweep's results, and a sweep whose
+states would exceed a limit is refused before compiling (:func:`check_states`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .. import engine
+from ..config.fields import ConfigError, env_limit
 from ..engine import Chunk, Summary, enable_compilation_cache, store
+from ..engine.resources import check_fits, gib, host_memory, nearest_disk
 from . import config as config_lib
 from . import vocabulary
 from .observables import OBSERVABLES, num_singular_values
 from .problems import check_custom_loss
-from .program import run_runs
+from .program import run_tables
 
 __all__ = [
     "CORE",
+    "CORE_STATES",
     "Chunk",
     "Summary",
+    "check_states",
     "default_chunk_size",
     "enable_compilation_cache",
     "execute",
     "plan",
+    "state_bytes",
 ]
 
 # Memory budget of one chunk's program (inputs, problem data, state, saved outputs).
@@ -45,9 +55,8 @@ def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
     target; the L factors with the solver's stages of them and the product's work
     arrays; the saved observables; the run's rows of the results table."""
     p, model = point["problem"], point["model"]
-    kind, depth, r = p["kind"], model.get("depth", 2), model["r"]
-    item = 8 if point["x64"] else 4
-    m, n = (len(p["singular_values"]),) * 2 if kind == "diagonal" else (p["m"], p["n"])
+    kind, depth = p["kind"], model.get("depth", 2)
+    item, m, n, state, wide = _sizes(point)
     mn = ("problem.singular_values",) if kind == "diagonal" else ("problem.m", "problem.n")
     N = p["samples"]
     # Data drawn as normal variates: while it is made, XLA:CPU holds the PRNG's bits,
@@ -55,16 +64,11 @@ def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
     # float64; tests/engine/test_resource_guards.py).
     drawn = {"sensing": N * m * n, "regression": (m + n) * N}.get(kind, 0)
     data = drawn * (16 + 2 * item) + (3 * N * item if kind == "completion" else 0)
-    if isinstance(r, list | tuple):  # depth L: the L − 1 widths listed
-        dims = (n, *r, m)
-        state, wide = sum(a * b for a, b in zip(dims, dims[1:])), max(r)
-    else:
-        state, wide = n * r + (depth - 2) * r * r + r * m, r
     saves = vocabulary.save_count(point)
     columns = len(OBSERVABLES) + depth - 2 + num_singular_values(m, n, wide)
     table_columns = columns + len(config_lib.NUMERIC_KEYS) + 12  # ids, t, structure
     save_key = ("save.ts",) if point["save"]["ts"] is not None else ("save.num",)
-    return {
+    parts = {
         ("problem.samples", *mn): data,
         # Solvers keep several stages of the state (Tsit5: 7, plus momentum and the
         # error estimate); depth L's chain rule holds L partial products beside it.
@@ -74,6 +78,41 @@ def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
         # Saved observables in the program, then the float64 rows (DataFrame, parquet).
         save_key: saves * (item * columns + 8 * 3 * table_columns),
     }
+    if point["save"].get("states"):
+        # The factors at the saves: in the program, in arrow while written, in the
+        # parquet writer's pages; a row object per factor and save in the table.
+        parts[("save.states", *save_key, "model.r", *mn)] = saves * (
+            3 * item * state + 2 * _ROW_OBJECT * depth
+        )
+    return parts
+
+
+# Bytes of one row's object in the states table (a NumPy view of a factor's entries).
+_ROW_OBJECT = 112
+
+
+def _sizes(point: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """``(item, m, n, state, wide)``: bytes per float, W's shape, the entries of every
+    factor together and the widest inner dimension."""
+    p, model = point["problem"], point["model"]
+    depth, r = model.get("depth", 2), model["r"]
+    item = 8 if point["x64"] else 4
+    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
+    if isinstance(r, list | tuple):  # depth L: the L − 1 widths listed
+        dims = (n, *r, m)
+        return item, m, n, sum(a * b for a, b in zip(dims, dims[1:])), max(r)
+    return item, m, n, n * r + (depth - 2) * r * r + r * m, r
+
+
+def state_bytes(point: Mapping[str, Any]) -> int:
+    """The bytes of one run's states on disk (``save.states``; 0 without): every
+    factor's entries at every save and path, in the run's dtype, with the list
+    offsets of their parquet column (random floats do not compress)."""
+    if not point["save"].get("states"):
+        return 0
+    item, _, _, state, _ = _sizes(point)
+    depth = point["model"].get("depth", 2)
+    return vocabulary.save_count(point) * (item * state + 8 * depth)
 
 
 def _per_run_bytes(point: Mapping[str, Any]) -> int:
@@ -83,13 +122,14 @@ def _per_run_bytes(point: Mapping[str, Any]) -> int:
 
 def result_bytes(point: Mapping[str, Any]) -> int:
     """The bytes one run adds to the sweep's results table once it is read back (its
-    rows, float64 or pointers per column, and a copy while sorting)."""
-    p, model = point["problem"], point["model"]
-    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
-    r = model["r"]
-    k = num_singular_values(m, n, max(r) if isinstance(r, list | tuple) else r)
-    columns = len(OBSERVABLES) + model.get("depth", 2) - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
-    return 2 * 8 * columns * vocabulary.save_count(point)
+    rows, float64 or pointers per column, and a copy while sorting; with
+    ``save.states`` its states table and the arrays stacked from it)."""
+    depth, saves = point["model"].get("depth", 2), vocabulary.save_count(point)
+    _, m, n, _, wide = _sizes(point)
+    k = num_singular_values(m, n, wide)
+    columns = len(OBSERVABLES) + depth - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
+    rows = _ROW_OBJECT * depth * saves if point["save"].get("states") else 0
+    return 2 * 8 * columns * saves + 2 * state_bytes(point) + rows
 
 
 def default_chunk_size(point: Mapping[str, Any]) -> int:
@@ -101,11 +141,15 @@ def default_chunk_size(point: Mapping[str, Any]) -> int:
 class CoreFamily:
     """Factor pairs W = ABᵀ under a flow or an optimizer: config :mod:`rankflow.core.config`,
     program :class:`rankflow.core.program.Program`, one table (one row per run × path ×
-    save)."""
+    save); with ``states``, the states table beside it (``save.states``: written first,
+    so a chunk's results file marks both finished)."""
 
-    tables = (store.RESULTS,)
     schema = config_lib
     status_table = store.RESULTS
+
+    def __init__(self, states: bool = False):
+        self.states = states
+        self.tables = (store.STATES, store.RESULTS) if states else (store.RESULTS,)
 
     def paths(self, point: Mapping[str, Any]) -> int:
         return point["dynamics"]["paths"]
@@ -141,19 +185,25 @@ class CoreFamily:
             check_custom_loss(p["loss"], p["m"], p["n"], point["x64"])
 
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
-        return {store.RESULTS: runs * vocabulary.save_count(point)}
+        return {table: runs * vocabulary.save_count(point) for table in self.tables}
 
     def run_chunk(
         self, points: Sequence[Mapping[str, Any]], chunk: Chunk, swept: Sequence[str]
     ) -> dict[str, pd.DataFrame]:
-        rows = run_runs(points, chunk.runs, swept, pad_to=chunk.pad_to)
-        return {store.RESULTS: rows}
+        return run_tables(points, chunk.runs, swept, pad_to=chunk.pad_to)
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-        return tables[store.RESULTS]
+        """The results table; with states, ``df.attrs["states"]`` holds them
+        (:class:`rankflow.engine.store.States`, as :func:`rankflow.load_states` reads)."""
+        df = tables[store.RESULTS]
+        if self.states:
+            df.attrs["states"] = store.states_of(tables[store.STATES])
+        return df
 
 
 CORE = CoreFamily()
+# The core family of a config with save.states = true.
+CORE_STATES = CoreFamily(states=True)
 
 
 def plan(cfg: Mapping[str, Any], chunk: int | None = None):
@@ -162,7 +212,41 @@ def plan(cfg: Mapping[str, Any], chunk: int | None = None):
     return engine.plan(CORE, cfg, chunk)
 
 
-# ``execute(cfg, out=None, *, resume, chunk, executor, slurm, quiet)``: a resolved
-# core config's sweep through the engine (:func:`rankflow.engine.execute`); returns the
-# family's result and a :class:`Summary`.
-execute = partial(engine.execute, CORE)
+def execute(cfg: Mapping[str, Any], out: str | Path | None = None, **options: Any):
+    """A resolved core config's sweep through the engine (:func:`rankflow.engine.execute`;
+    ``options``: ``resume``, ``chunk``, ``executor``, ``slurm``, ``quiet``, ``result``);
+    returns the family's result and a :class:`Summary`. With ``save.states``, as
+    :data:`CORE_STATES`, once :func:`check_states` has passed."""
+    if not cfg["save"]["states"]:
+        return engine.execute(CORE, cfg, out, **options)
+    result = options.get("result", True) or out is None
+    check_states(cfg, out, options.get("chunk"), read_back=result)
+    return engine.execute(CORE_STATES, cfg, out, **options)
+
+
+# Default of RANKFLOW_MAX_STATES_GIB: the most GiB of states one sweep may write.
+MAX_STATES_GIB = 16
+
+
+def check_states(
+    cfg: Mapping[str, Any], out: str | Path | None, chunk: int | None = None, read_back=True
+) -> None:
+    """Refuse, in one line naming ``save.states``, its size and the limit, a sweep whose
+    states (:func:`state_bytes` per run, O(structures) to sum) exceed
+    ``RANKFLOW_MAX_STATES_GIB`` (default :data:`MAX_STATES_GIB`), the disk free where
+    ``out`` lies, or (``read_back``: the Python call's table) the host's free memory."""
+    _, chunks = engine.plan(CORE_STATES, cfg, chunk, facts=state_bytes)
+    need = sum(chunks.group_runs(g) * b for g, b in enumerate(chunks.facts))
+    runs = f"{chunks.runs:,} runs"
+    limit = env_limit("RANKFLOW_MAX_STATES_GIB", MAX_STATES_GIB)
+    if need > limit * 2**30:
+        raise ConfigError(
+            f"save.states: the states of {runs} need about {gib(need)}, more than the "
+            f"limit of {gib(limit * 2**30)}; save less often, sweep fewer points, or "
+            f"raise the limit with RANKFLOW_MAX_STATES_GIB={-(-need // 2**30)}"
+        )
+    fix = "save less often or sweep fewer points"
+    if out is not None:
+        check_fits(need, ["save.states"], runs, "writing the states", nearest_disk(out), fix)
+    if read_back:
+        check_fits(2 * need, ["save.states"], runs, "reading the states back", host_memory(), fix)

@@ -6,12 +6,15 @@ values (and the Monte Carlo path index) are traced inputs, batched with ``vmap``
 sweep over 100 values of λ compiles once.
 
 Programs save observables only (``SaveAt(ts, fn=...)`` for flows, a scan that computes
-them at the save steps for optimizers), never whole trajectories.
+them at the save steps for optimizers), never whole trajectories; with ``save.states``
+they also return the factors at the saves, the sweep's second table
+(:func:`states_table`, ``DIR/states.parquet``).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,7 @@ from ..config.fields import traced_in
 from ..engine import programs
 from ..engine.programs import TRACE_COUNTS
 from ..engine.status import STATUS, with_status
+from ..engine.store import RESULTS, STATES
 from ..numerics import batching
 from ..numerics import solve as solve_lib
 from ..numerics.batching import per_device, shard
@@ -44,9 +48,12 @@ __all__ = [
     "Program",
     "STATUS",
     "TRACE_COUNTS",
+    "factor_names",
     "params_of",
     "program_for",
     "run_runs",
+    "run_tables",
+    "states_table",
 ]
 
 # Keys of the per-run parameter batch: the numeric config keys and the path index.
@@ -70,6 +77,8 @@ class Program:
     With ``save = "states"`` it returns the factors ``theta = (A, B)`` at the saves
     instead of observables (and the momentum ``M`` of momentum flows): memory
     O(saves × state), for analyses that need trajectories (``rankflow compare``, tests).
+    A point with ``save.states = true`` returns both: the observables and ``theta``
+    (leaves ``(runs, saves, rows, cols)``, NaN where the status is not ok).
     """
 
     point: dict[str, Any]
@@ -94,6 +103,11 @@ class Program:
     @property
     def continuous(self) -> bool:
         return self.kind in vocabulary.CONTINUOUS_DYNAMICS
+
+    @property
+    def keeps_states(self) -> bool:
+        """Whether the observables come with the factors (``save.states``)."""
+        return self.save == "observables" and bool(self.point["save"].get("states"))
 
     @property
     def num_sv(self) -> int:
@@ -219,6 +233,8 @@ class Program:
             A, B = theta
             loss = self.problem.loss(A @ B.T, data)
             out = observables(A, B, loss, hyper["lam"], self.point["save"]["rank_tol"])
+        if self.keeps_states:
+            out["theta"] = theta
         out["_max_abs"] = max_abs(theta)
         return out
 
@@ -341,6 +357,17 @@ def run_runs(
     the structure's program and return their rows. ``pad_to`` pads the batch (with
     copies of its last run, dropped afterwards) so that every chunk of a sweep has the
     same shape and the program compiles once."""
+    return run_tables(points, runs, swept, pad_to)[RESULTS]
+
+
+def run_tables(
+    points: Sequence[Mapping[str, Any]],
+    runs: Sequence[tuple[int, int]],
+    swept: Sequence[str],
+    pad_to: int | None = None,
+) -> dict[str, pd.DataFrame]:
+    """:func:`run_runs`'s batch as the sweep's tables: ``{RESULTS: rows}``, and with
+    ``save.states`` also ``{STATES: states_table(...)}``, from one run of the program."""
     ids, paths = runs.arrays() if hasattr(runs, "arrays") else _run_arrays(runs)
     first = points[int(ids[0])]
     program = program_for(first)
@@ -350,7 +377,40 @@ def run_runs(
         for k, v in params.items()
     }
     out = jax.tree.map(lambda x: x[: len(ids)], program.run(padded))
-    return _table(program, first, ids, paths, params, out, swept)
+    tables = {RESULTS: _table(program, first, ids, paths, params, out, swept)}
+    if program.keeps_states:
+        tables[STATES] = states_table(program, ids, paths, out)
+    return tables
+
+
+def factor_names(depth: int) -> tuple[str, ...]:
+    """The states table's factor columns: ``("A", "B")`` at depth 2 (W = ABᵀ),
+    ``("W_1", …, "W_L")`` beyond (W = W_L ⋯ W_1)."""
+    return ("A", "B") if depth == 2 else tuple(f"W_{j + 1}" for j in range(depth))
+
+
+def states_table(program: Program, ids, paths, out) -> pd.DataFrame:
+    """The factors of a batch of runs at their saves (``out["theta"]``: leaves ``(runs,
+    saves, rows, cols)``), one row per run × path × save like the results table:
+    ``run_id``, ``path``, ``t``, ``status``, each factor as one column of its entries
+    flattened row-major (the run's dtype, bit for bit: A ``m·r``, B ``n·r``; depth L
+    W_j ``d_j·d_{j−1}``), and ``shapes``, the JSON text ``{"A": [m, r], …}`` that
+    :func:`rankflow.engine.store.states_of` reshapes them by."""
+    T, n = len(program.ts), len(ids)
+    cols: dict[str, Any] = {
+        "run_id": np.repeat(ids, T),
+        "path": np.repeat(paths, T),
+        "t": np.tile(program.ts, n),
+        "status": pd.Categorical.from_codes(
+            out["status"].reshape(-1).astype(np.int64), categories=list(STATUS)
+        ),
+    }
+    shapes = {}
+    for name, x in zip(factor_names(program.depth), out["theta"]):
+        cols[name] = list(np.ascontiguousarray(x).reshape(n * T, -1))
+        shapes[name] = list(x.shape[2:])
+    cols["shapes"] = [json.dumps(shapes)] * (n * T)
+    return pd.DataFrame(cols)
 
 
 def _run_arrays(runs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

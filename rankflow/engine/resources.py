@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..config.fields import ConfigError, env_limit, get_dotted
@@ -29,6 +31,7 @@ __all__ = [
     "gib",
     "host_memory",
     "max_saves",
+    "nearest_disk",
     "sizes_text",
 ]
 
@@ -113,6 +116,15 @@ def _cgroup_left() -> int | None:
             return int(limit) - int(f.read().strip())
     except (OSError, ValueError):
         return None
+
+
+def nearest_disk(out: str | Path) -> tuple[int, str]:
+    """Bytes free on the file system a directory ``out`` is (or would be made) on, and
+    what it is: ``(bytes, "disk of DIR")``, DIR the nearest existing ancestor."""
+    p = Path(out).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free, f"disk of {p}"
 
 
 def budget(free: int) -> int:

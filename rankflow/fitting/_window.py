@@ -4,10 +4,10 @@ The rate of ``y(t)`` over a few saves at a time (the *local rate*: the least-squ
 slope of ``−log y`` over :func:`local_span` consecutive saves) is compared with the
 prediction's bracket ``[low, high]``:
 
-- the window *starts* at the first local rate on the law, in ``[low·(1 − DELTA),
-  high·(1 + START_SLACK)]`` (an initial transient decaying faster than the
-  law, e.g. GD's first steps from a random start, is left out); when no local rate is,
-  it starts at the first save (a wrong law is fitted, not hidden);
+- the window *starts* at the first local rate at most ``high·(1 + START_SLACK)``: an
+  initial transient decaying faster than the law (GD's first steps from a random start)
+  is left out, a slower start is not (it is fitted, as a departure from the law); when no
+  local rate is, it starts at the first save (a wrong law is fitted, not hidden);
 - it *ends* where the gap leaves the law: the first local rate below ``low·(1 − DELTA)``
   that is followed by :data:`HYSTERESIS` more below it, and after which the median local
   rate stays below (a noisy save does not end it); or where the gap reaches the dtype's
@@ -39,7 +39,7 @@ DELTA = 0.2  # a local rate this far (relative) outside the bracket is off the l
 HYSTERESIS = 2  # off-law local rates after the first one that a break needs
 FLOOR = 0.05  # a later phase slower than FLOOR·low is a floor, not a slower phase
 ROUNDING = 100.0  # gap ≤ ROUNDING·eps·(‖A‖² + ‖B‖²): at the dtype's rounding level
-START_SLACK = 2e-3  # a local rate above high·(1 + this) + Z_TAIL SE: a faster transient
+START_SLACK = 2e-3  # relative: a local rate above high·(1 + this) is a faster transient
 Z_TAIL = 2.0  # standard errors of a local rate allowed above the law at the start
 
 
@@ -74,12 +74,12 @@ def _on_law(rates, ses, low: float, high: float) -> np.ndarray:
     return (rates >= low * (1 - START_SLACK) - se) & (rates <= high * (1 + START_SLACK) + se)
 
 
-def _start(rates: np.ndarray, low: float, high: float) -> int:
-    """The first local rate in ``[low·(1 − DELTA), high·(1 + START_SLACK)]`` (a faster
-    transient before it is left out); 0 when none is, so that a wrong law is fitted over
+def _start(rates: np.ndarray, high: float) -> int:
+    """The first local rate not above ``high·(1 + START_SLACK)``: a transient decaying
+    faster than the law before it is left out (one slower than the law is not: it is a
+    departure from the law, fitted); 0 when none is, so that a wrong law is fitted over
     the whole run."""
-    on = (rates >= low * (1 - DELTA)) & (rates <= high * (1 + START_SLACK))
-    first = np.flatnonzero(on)
+    first = np.flatnonzero(rates <= high * (1 + START_SLACK))
     return int(first[0]) if first.size else 0
 
 
@@ -120,9 +120,9 @@ def find_window(
         >>> import numpy as np
         >>> from rankflow.fitting import find_window
         >>> t = np.arange(0.0, 150.0, 2.0)
-        >>> w = find_window(t, np.exp(-0.1 * t) + np.exp(-5.0), 0.1, 0.1)
-        >>> w.end, bool(30 <= t[w.stop - 1] <= 50)
-        ('floor', True)
+        >>> w = find_window(t, np.maximum(np.exp(-0.1 * t), np.exp(-5.0)), 0.1, 0.1)
+        >>> w.end, float(t[w.stop - 1])
+        ('floor', 50.0)
     """
     t, y = np.asarray(t, np.float64), np.asarray(y, np.float64)
     n = len(t)
@@ -136,7 +136,9 @@ def find_window(
     if stop < span + 2 or not low > 0:
         return Window(0, stop, end, stop)
     rates, ses = local_rates(t[:stop], y[:stop], span)
-    start = 0 if from_start else _start(rates, low, high)
+    start = 0 if from_start else _start(rates, high)
+    if not low * (1 - DELTA) <= rates[start] <= high * (1 + DELTA):
+        return Window(start, stop, end, stop)  # never on the law: nothing to leave
     b = _break(rates, low, start)
     if b is None:
         return Window(start, stop, end, stop)

@@ -15,9 +15,11 @@ step, by (docs/theory.md):
   compared against the accumulated learning rate;
 - ``adamw``: no prediction (Adam's update is not a gradient).
 
-The measured rate is :func:`rankflow.theory.fit_rate` of each unit's ``balance_gap``
-against the step, over the logged steps (or a window); it *agrees* when the predicted
-bracket lies within three standard errors of it.
+The measured rate is :func:`rankflow.fitting.fit_series` of each unit's ``balance_gap``
+against the step, over the window where it follows the law (found automatically, so that
+a noise floor is left out; or ``t_min``/``t_max``); it *agrees* when the predicted
+bracket lies within three standard errors of it. Predictions, windows and verdicts are
+:mod:`rankflow.fitting`'s, the one implementation that ``rankflow fit`` uses too.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import theory
+from .. import fitting
 from ..numerics.schedules import SCHEDULES, Schedule
 from ._pairs import TrackError
 
@@ -74,10 +76,15 @@ class Optimizer:
             raise TrackError(f"optimizer.schedule: kind must be one of {', '.join(SCHEDULES)}")
 
 
+def _prediction(opt: Optimizer) -> fitting.Prediction:
+    return fitting.predict(opt.kind, opt.eta, opt.lam, mu=opt.mu)
+
+
 def predicted_rates(opt: Optimizer) -> tuple[float, float, str]:
     """``(low, high, source)``: the predicted per-step decay rate of ‖D‖ (a bracket;
     ``low == high`` for an exact law), NaN for AdamW; with a schedule, the rates at the
-    peak learning rate (:func:`prediction_table` integrates the schedule).
+    peak learning rate (:func:`prediction_table` integrates the schedule). From
+    :func:`rankflow.fitting.predict`, the one source of predictions.
 
     Examples:
         >>> from rankflow.track import Optimizer, predicted_rates
@@ -86,41 +93,24 @@ def predicted_rates(opt: Optimizer) -> tuple[float, float, str]:
         >>> predicted_rates(Optimizer("adamw", 1e-3, 0.1))[2]
         'no prediction (AdamW: the update is not a gradient)'
     """
-    eta, lam = float(opt.eta), float(opt.lam)
-    if opt.kind == "adamw":
-        return float("nan"), float("nan"), "no prediction (AdamW: the update is not a gradient)"
-    base = 2 * eta * lam
-    if lam == 0:
-        return 0.0, 0.0, "T4/T5 without decay: D conserved (up to GD's O(η²) term)"
-    if opt.kind == "gradient_flow":
-        return base, base, "T4: 2ηλ"
-    if opt.kind == "momentum":
-        r = float(theory.momentum_orbit_rate(eta, lam, opt.mu)) * base
-        return r, r, "T7: the decoupled momentum flow's orbit rate"
-    low, high = (float(x) * base for x in theory.gd_rate_bracket(eta, lam))
-    return low, high, "T5: [−log(1−ηλ)², −log(1−2ηλ)] per step"
-
-
-def _clock(opt: Optimizer, steps: np.ndarray) -> np.ndarray:
-    """The accumulated learning rate over the peak one, Σ_{j<k} η_j/η, at each step
-    (the step itself without a schedule): T11's clock, in which the prediction is a
-    constant rate."""
-    if opt.schedule is None or opt.schedule.constant:
-        return steps.astype(np.float64)
-    # (1 − η_jλ)² accumulated, divided by the constant-η one-step factor: T11's clock
-    contraction = theory.gd_scheduled_contraction(opt.eta, opt.lam, steps, opt.schedule)
-    one = float(theory.gd_contraction(opt.eta, opt.lam))
-    return np.log(contraction) / np.log(one)
+    p = _prediction(opt)
+    return p.low, p.high, p.law
 
 
 def prediction_table(
-    rows: pd.DataFrame, opt: Optimizer | None, *, t_min: float | None = None
+    rows: pd.DataFrame,
+    opt: Optimizer | None,
+    *,
+    t_min: float | None = None,
+    t_max: float | None = None,
 ) -> pd.DataFrame:
-    """Per (layer, pair, head): the measured decay rate of ``balance_gap`` per step (a
-    fit over the logged steps from ``t_min``; under a schedule, per step of the
-    accumulated learning rate, T11) with its standard error, the predicted bracket and
-    its source, and ``agrees``: the bracket within :data:`Z` standard errors of the
-    measured rate (NaN without a prediction).
+    """Per (layer, pair, head): the measured decay rate of ``balance_gap`` per step (under
+    a schedule, per step of T11's accumulated learning rate) with its standard error,
+    fitted over the window where it follows the law — found automatically
+    (:func:`rankflow.fitting.find_window`: a noise floor, the rounding level or a slower
+    phase ends it; ``end`` names which) unless ``t_min``/``t_max`` set it — the
+    predicted bracket and its source, and ``agrees``: the bracket within :data:`Z`
+    standard errors of the measured rate (NaN without a prediction).
 
     Examples:
         A unit whose gap decays exactly as T5's leading term (1 − ηλ)^{2k}:
@@ -133,34 +123,34 @@ def prediction_table(
         >>> row = prediction_table(df, Optimizer("sgd", eta=0.1, lam=0.1)).iloc[0]
         >>> float(round(row["rate"], 6)), float(round(row["predicted_low"], 6)), bool(row["agrees"])
         (0.020101, 0.020101, True)
+        >>> row["end"]
+        'end of run'
     """
     if opt is None:
         return pd.DataFrame()
-    low, high, source = predicted_rates(opt)
+    pred = _prediction(opt)
     out = []
     ok = rows[rows["status"].astype(str) == "ok"]
-    if t_min is not None:
-        ok = ok[ok["t"] >= t_min]
     for (layer, pair, head), g in ok.groupby(["layer", "pair", "head"], sort=True):
         g = g.sort_values("t")
-        clock = _clock(opt, g["t"].to_numpy())
-        rate, se = theory.fit_rate(clock, g["balance_gap"].to_numpy())
-        agrees = np.nan
-        if np.isfinite(low) and np.isfinite(rate):
-            tol = max(Z * (se if np.isfinite(se) else 0.0), 1e-9 * high)
-            agrees = bool(low - tol <= rate <= high + tol)
+        clock = fitting.scheduled_clock(opt.eta, opt.lam, g["t"].to_numpy(), opt.schedule)
+        fit = fitting.fit_series(
+            clock, g["balance_gap"].to_numpy(), pred, t_min=t_min, t_max=t_max, z=Z
+        )
+        agrees = np.nan if fit["verdict"] == "none" else fit["verdict"] == "pass"
         out.append(
             {
                 "layer": layer,
                 "pair": pair,
                 "head": head,
-                "steps": len(g),
-                "rate": rate,
-                "rate_se": se,
-                "predicted_low": low,
-                "predicted_high": high,
-                "source": source,
+                "steps": fit["points"],
+                "rate": fit["rate"],
+                "rate_se": fit["rate_se"],
+                "predicted_low": pred.low,
+                "predicted_high": pred.high,
+                "source": pred.law,
                 "agrees": agrees,
+                **{k: fit[k] for k in ("t_min", "t_max", "end", "slow_rate")},
             }
         )
     return pd.DataFrame(out)

@@ -252,13 +252,14 @@ class Tracker:
             (self.out / name).unlink(missing_ok=True)
         shutil.rmtree(self.out / store.RESULTS, ignore_errors=True)
 
-    def prediction(self, t_min: float | None = None) -> pd.DataFrame:
+    def prediction(self, t_min: float | None = None, t_max: float | None = None) -> pd.DataFrame:
         """The predicted decay beside the measured one, per unit
-        (:func:`rankflow.track.prediction_table`); empty without an optimizer."""
+        (:func:`rankflow.track.prediction_table`), over ``[t_min, t_max]`` or, unset, the
+        window found automatically (a noise floor left out); empty without an optimizer."""
         table = self.table
         if table.empty:
             return pd.DataFrame()
-        return prediction_table(table, self.optimizer, t_min=t_min)
+        return prediction_table(table, self.optimizer, t_min=t_min, t_max=t_max)
 
     def close(self) -> pd.DataFrame:
         """Flush, write ``prediction.csv`` and release the folder; returns the
