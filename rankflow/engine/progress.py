@@ -182,7 +182,10 @@ def _start_timer(interval: float) -> None:
                 if stop.is_set():
                     return
                 if not _state.quiet and time.monotonic() - _state.last >= interval:
-                    print(f"rankflow: still running: {what}", file=sys.stderr, flush=True)
+                    try:
+                        print(f"rankflow: still running: {what}", file=sys.stderr, flush=True)
+                    except (OSError, ValueError):  # stderr closed: nobody to tell
+                        return
                     _state.last = time.monotonic()
 
     _state.thread = threading.Thread(target=beat, name=THREAD, daemon=True)
