@@ -1,7 +1,7 @@
 """The ``rankflow`` command. Parses arguments and calls the library; nothing else.
 
 One module per subcommand, each with ``add_parser(subparsers)`` that builds its parser
-and sets the function it runs (``func``): ``run`` (also ``sweep``), ``plot``,
+and sets the function it runs (``func``): ``run`` (also ``sweep``), ``plot``, ``fit``,
 ``compare``, ``inspect``, ``attention``, ``reproduce``, ``demo``, ``info``.
 """
 
@@ -17,11 +17,11 @@ import threading
 from ..config.fields import ConfigError
 from ..engine import devices
 from ..engine.executors import abandoned_chunk, interruptible
-from . import attention, compare, demo, info, inspect, plot, reproduce, run
+from . import attention, compare, demo, fit, info, inspect, plot, reproduce, run
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS = (run, plot, compare, inspect, attention, reproduce, demo, info)
+SUBCOMMANDS = (run, plot, fit, compare, inspect, attention, reproduce, demo, info)
 
 
 def build_parser() -> argparse.ArgumentParser:
