@@ -2,8 +2,9 @@
 
 Public API: :func:`run` (config → results table), :func:`load` (results directory →
 table), :func:`load_states` (its factors at the saves, with ``save.states``),
-:func:`resolve`, :class:`ConfigError`, and :func:`use_all_cores` (one JAX CPU device
-per core, as the ``rankflow`` command has). Importing rankflow has no side
+:func:`resolve`, :class:`ConfigError`, ``fit`` (:func:`rankflow.fitting.fit`: a sweep's
+decay rates against the theory, imported on first use), and :func:`use_all_cores` (one
+JAX CPU device per core, as the ``rankflow`` command has). Importing rankflow has no side
 effects: it changes neither ``XLA_FLAGS`` nor JAX's config.
 
 The public subpackages (:data:`SUBPACKAGES`) are attributes of the package, each imported
@@ -14,6 +15,8 @@ when first used, so that ``import rankflow`` stays as fast as the entry points n
 - ``rankflow.attention``: the transformer family (the rebuttal's experiments);
 - ``rankflow.compare``: a discrete optimizer against the flow it discretises;
 - ``rankflow.inspect``: balance and rank of pretrained checkpoints;
+- ``rankflow.fitting``: a sweep's decay rates against the theory (``rankflow.fit``: a
+  results directory or table → one row per run, its window, regime and verdict);
 - ``rankflow.track``: balance and rank of factor pairs in a user's own training loop;
 - ``rankflow.plots``: figures from results tables (the one part importing matplotlib);
 - ``rankflow.reproduce``: every claim of the paper as a test with a verdict;
@@ -39,6 +42,7 @@ SUBPACKAGES = (
     "config",
     "core",
     "engine",
+    "fitting",
     "inspect",
     "numerics",
     "plots",
@@ -46,15 +50,27 @@ SUBPACKAGES = (
     "theory",
     "track",
 )
-__all__ = ["SUBPACKAGES", "ConfigError", "load", "load_states", "resolve", "run", "use_all_cores"]
+__all__ = [
+    "SUBPACKAGES",
+    "ConfigError",
+    "fit",
+    "load",
+    "load_states",
+    "resolve",
+    "run",
+    "use_all_cores",
+]
 
 
 def __getattr__(name: str) -> Any:
-    """A public subpackage, imported on first use (``rankflow.plots.quick_plot``)."""
+    """A public subpackage, imported on first use (``rankflow.plots.quick_plot``), and
+    :func:`rankflow.fitting.fit` as ``rankflow.fit``."""
+    if name == "fit":
+        return importlib.import_module(f"{__name__}.fitting").fit
     if name in SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *SUBPACKAGES})
+    return sorted({*globals(), *SUBPACKAGES, "fit"})
