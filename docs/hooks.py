@@ -16,6 +16,11 @@ the marker is replaced by Markdown made from what the code declares.
   :data:`MEANINGS` below. A column without a meaning is a warning, so ``mkdocs build
   --strict`` fails on it.
 
+- ``<!-- rankflow:notebook PATH.ipynb -->`` → :func:`notebook_markdown`: the cells of the
+  notebook at PATH (from the repository's root) as Markdown, its code cells as Python
+  blocks (the committed notebook has no outputs: tests/docs/test_notebook.py executes it);
+  :func:`on_files` publishes the notebook beside the page, for a link to download it.
+
 The Examples section of the nav lists ``examples/index.md`` and then every other page of
 ``docs/examples/`` by name, so that an example page needs no edit of mkdocs.yml.
 
@@ -29,6 +34,7 @@ import dataclasses
 import importlib
 import inspect
 import io
+import json
 import logging
 import re
 import tokenize
@@ -642,6 +648,37 @@ def columns_reference() -> str:
 
 MARKERS = {CONFIG_MARKER: config_reference, COLUMNS_MARKER: columns_reference}
 
+# --- notebooks ----------------------------------------------------------------------------
+
+# A page's marker naming a notebook by its path from the repository's root.
+NOTEBOOK_MARKER = re.compile(r"<!-- rankflow:notebook ([\w./-]+\.ipynb) -->")
+
+
+def notebook_markdown(path: Path) -> str:
+    """The cells of the notebook at ``path`` as Markdown: markdown cells as written,
+    code cells as Python blocks fenced by more backticks than any run in their source.
+    Outputs are not shown (the committed notebook has none)."""
+    cells = []
+    for cell in json.loads(Path(path).read_text())["cells"]:
+        source = "".join(cell["source"]).strip("\n")
+        if cell["cell_type"] == "code":
+            fence = "`" * max(3, 1 + max(map(len, re.findall("`+", source)), default=0))
+            source = f"{fence}python\n{source}\n{fence}"
+        cells.append(source)
+    return "\n\n".join(cells) + "\n"
+
+
+def page_notebooks(docs: Path) -> dict[str, Path]:
+    """``{site path: notebook}`` of every notebook a page of ``docs`` names by its marker,
+    each published in the page's folder under its own name."""
+    out = {}
+    for page in sorted(docs.rglob("*.md")):
+        for name in NOTEBOOK_MARKER.findall(page.read_text()):
+            src = (docs.parent / name).resolve()
+            out[(page.parent.relative_to(docs) / src.name).as_posix()] = src
+    return out
+
+
 # --- mkdocs events ---------------------------------------------------------------------
 
 
@@ -665,8 +702,17 @@ def on_config(config, **kwargs):
     return config
 
 
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    for uri, src in page_notebooks(Path(config["docs_dir"])).items():
+        files.append(File.generated(config, uri, abs_src_path=str(src)))
+    return files
+
+
 def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
     for marker, generate in MARKERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, generate())
-    return markdown
+    root = Path(config["docs_dir"]).parent
+    return NOTEBOOK_MARKER.sub(lambda m: notebook_markdown(root / m[1]), markdown)
