@@ -16,8 +16,9 @@ layout of each family, per-head factors), ``_stats`` (statistics of one pair),
 ``_run`` (the loop, null pairing and outputs), ``_summary`` (the rows theory predicts,
 layout notes, ``summary.md``), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
-random initialisations), ``_findings`` (graded findings, the effect's bootstrap
-interval), ``_reference`` (the training reference shipped with the package),
+random initialisations), ``_correlation`` (the second test per pair: the off-diagonal
+Gram correlation against the same null pairings), ``_findings`` (graded findings, the
+effect's bootstrap interval), ``_reference`` (the training reference shipped with the package),
 ``_spectra`` (singular-value spectra with a Marchenko–Pastur
 noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
 ``_series`` (checkpoints across training: the decay of each
@@ -30,6 +31,12 @@ from . import _series
 from ._checkpoint import Checkpoint as Checkpoint
 from ._checkpoint import InspectError as InspectError
 from ._checkpoint import open_checkpoint as open_checkpoint
+from ._correlation import CORR_FINDINGS as CORR_FINDINGS
+from ._correlation import CorrTest as CorrTest
+from ._correlation import corr_finding as corr_finding
+from ._correlation import corr_interval as corr_interval
+from ._correlation import corr_test as corr_test
+from ._correlation import holm as holm
 from ._families import ARCHS as ARCHS
 from ._families import LayerWeights as LayerWeights
 from ._families import Layout as Layout
@@ -57,6 +64,8 @@ from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
 from ._permutation import UnitShape as UnitShape
 from ._permutation import false_positive_rate as false_positive_rate
+from ._permutation import null_statistics as null_statistics
+from ._permutation import pairwise_corr_offdiag as pairwise_corr_offdiag
 from ._permutation import pairwise_gap_rel as pairwise_gap_rel
 from ._permutation import passes as passes
 from ._permutation import permutation_test as permutation_test
@@ -155,3 +164,6 @@ __all__ = [
 ]
 __all__ += ["predicted_exponents", "read_lr_schedule"]  # the series' learning rate (._lr)
 __all__ += _series.__all__  # the series API, re-exported above
+# the Gram-correlation test (._correlation) and the null pairings it shares with the gap test
+__all__ += ["CORR_FINDINGS", "CorrTest", "corr_finding", "corr_interval", "corr_test", "holm"]
+__all__ += ["null_statistics", "pairwise_corr_offdiag"]

@@ -36,8 +36,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ._correlation import CorrTest, corr_finding, corr_interval, corr_test, holm
 from ._families import Layout
 from ._permutation import (
+    GRAM_CORR,
     FalsePositives,
     PermutationTest,
     false_positive_rate,
@@ -83,10 +85,29 @@ FP_MAX = 0.05
 N_BOOT = 999
 N_BOOT_NULL = 99
 LEVEL = 0.95
+# Null pairings of the Gram-correlation test: its two-sided smallest p is 2/(1 + n) and
+# a per-layer statement is Holm-adjusted over the L layers (×L at most), so with 999 six
+# layers could not reach ALPHA; 9999 reach it up to 50 layers (the medians are cheap).
+N_PERM_CORR = 9999
 # Gap values gathered per chunk of bootstrap replicates (memory).
 _CHUNK = 2_000_000
 
 FINDINGS = ("balanced", "partially balanced", "not detected", "too few pairings")
+# The Gram-correlation test's columns of the findings table (._correlation), after the
+# gap test's.
+CORR_COLUMNS = (
+    "corr_observed",  # median over the units of the true pairs' gram_corr_offdiag
+    "corr_lo",  # lower end of its 95% bootstrap interval (units resampled within layers)
+    "corr_hi",  # upper end of that interval
+    "corr_null_median",  # the null pairings' median of the same statistic
+    "corr_null_lo",  # 2.5% quantile of the null pairings' statistic
+    "corr_null_hi",  # 97.5% quantile of the null pairings' statistic
+    "corr_p",  # two-sided permutation p over N_PERM_CORR pairings, drawn as the gap test's
+    "corr_p_holm",  # per layer: corr_p Holm-adjusted over the pair's layers; all layers: corr_p
+    "corr_p_min",  # the smallest two-sided p the test can give, 2/(1 + N_PERM_CORR)
+    "corr_n_perm",  # null pairings of the Gram-correlation test
+    "corr_finding",  # negative, positive, mixed sign (corr_p_holm ≤ alpha), not detected, …
+)
 PAIR_NAMES = {"qk": "key–query", "vo": "value–output"}
 
 
@@ -204,6 +225,41 @@ def false_positives(
     }
 
 
+def _corr_columns(corrs: np.ndarray | None, n_boot: int) -> dict:
+    """The :data:`CORR_COLUMNS` of one test of the (L, U, U) correlations (NaN without
+    them); ``corr_p_holm`` is set to ``corr_p`` here and adjusted by the caller."""
+    if corrs is None:
+        return dict.fromkeys(CORR_COLUMNS, np.nan) | {"corr_finding": "not computed"}
+    test: CorrTest = corr_test(corrs, n_perm=N_PERM_CORR, seed=PERM_SEED)
+    lo, hi = corr_interval(corrs, n_boot=n_boot, level=LEVEL, seed=PERM_SEED)
+    return {
+        "corr_observed": test.observed,
+        "corr_lo": lo,
+        "corr_hi": hi,
+        "corr_null_median": test.null_median,
+        "corr_null_lo": test.null_lo,
+        "corr_null_hi": test.null_hi,
+        "corr_p": test.p,
+        "corr_p_holm": test.p,
+        "corr_p_min": test.p_min,
+        "corr_n_perm": test.n_perm,
+        "corr_finding": corr_finding(test.observed, test.p, test.p_min, ALPHA, (lo, hi)),
+    }
+
+
+def _holm_per_layer(rows: list[dict]) -> None:
+    """Holm-adjust ``corr_p`` of one pair's per-layer rows over its layers, in place,
+    and grade them by the adjusted p."""
+    adjusted = holm(np.array([r["corr_p"] for r in rows], dtype=np.float64))
+    for row, p in zip(rows, adjusted, strict=True):
+        row["corr_p_holm"] = p
+        if np.isfinite(row["corr_p"]):
+            interval = row["corr_lo"], row["corr_hi"]
+            row["corr_finding"] = corr_finding(
+                row["corr_observed"], p, row["corr_p_min"], ALPHA, interval
+            )
+
+
 def _row(scope, layer, pair, stat, test, fp: FalsePositives | None, interval, note) -> dict:
     lo, hi = interval
     return {
@@ -246,7 +302,11 @@ def balance_findings(
     (:func:`effect_interval`), the graded finding (:func:`grade`) and, for the
     all-layers rows, the false-positive rates on ``fp_seeds`` random initialisations of
     the same shapes (``fp_detect_rate``: p ≤ α; ``fp_pass_rate``: balanced) and the
-    training reference's ranges (``reference``, :func:`reference_text`).
+    training reference's ranges (``reference``, :func:`reference_text`). Beside them on
+    each row, the second test, of the off-diagonal Gram correlation
+    (:data:`CORR_COLUMNS`, :mod:`._correlation`), from ``pair_gaps[pair,
+    "gram_corr_offdiag"]`` where it is given (else NaN, ``not computed``); the per-layer
+    p-values Holm-adjusted over the pair's layers (``corr_p_holm``).
 
     ``pair_gaps``: ``Inspection.pair_gaps``; ``layers``: the inspected layers' indices
     (default 0…L−1). A key–query pair of a qk-norm model is marked in ``note``: q and k
@@ -285,17 +345,22 @@ def balance_findings(
         names = list(range(L)) if layers is None else list(layers)
         note = "qk-norm: not the applied product" if pair == "qk" and layout.qk_norm else ""
         fp = fps.get(pair)
+        corrs = pair_gaps.get((pair, GRAM_CORR))
         test = permutation_test(gaps, n_perm=N_PERM, seed=PERM_SEED, statistic=stat)
         interval = effect_interval(gaps, n_boot=n_boot)
         row = _row("all", -1, pair, stat, test, fp, interval, note)
         row["reference"] = reference_text(pair, stat, effect=test.effect)
-        rows.append(row)
+        rows.append(row | _corr_columns(corrs, n_boot))
+        layer_rows = []
         for i, name in enumerate(names):
             one = gaps[i : i + 1]
             test = permutation_test(one, n_perm=N_PERM, seed=PERM_SEED, statistic=stat)
             interval = effect_interval(one, n_boot=n_boot)
             row = _row("layer", name, pair, stat, test, None, interval, note)
-            rows.append(row | {"reference": ""})
+            one_corr = None if corrs is None else corrs[i : i + 1]
+            layer_rows.append(row | {"reference": ""} | _corr_columns(one_corr, n_boot))
+        _holm_per_layer(layer_rows)
+        rows += layer_rows
     return pd.DataFrame(rows)
 
 
@@ -366,14 +431,65 @@ def findings_text(findings: pd.DataFrame) -> str:
         )
         if row["reference"]:
             lines.append(f"  Training reference: {row['reference']}")
+        if "corr_finding" in row and row["corr_finding"] != "not computed":
+            lines.append(f"  {_corr_sentence(row)}")
     per_layer = findings[findings["scope"] == "layer"]
     if len(per_layer):
-        lines += ["", "```", f"{'layer':>5}  {'pair':<12} {'effect [95%]':>22} {'p':>7}  finding"]
+        lines += ["", _corr_legend(per_layer)] if "corr_p" in per_layer else []
+        head = f"{'layer':>5}  {'pair':<12} {'effect [95%]':>22} {'p':>7}  {'finding':<18}"
+        head += f" {'r_off [95%]':>20} {'null 95%':>16} {'p_Holm':>7}  r_off finding"
+        lines += ["", "```", head]
         for _, row in per_layer.iterrows():
             eff = f"{_fmt(row['effect'])} [{_fmt(row['effect_lo'])}, {_fmt(row['effect_hi'])}]"
             lines.append(
                 f"{row['layer']:>5}  {PAIR_NAMES[row['pair']]:<12} {eff:>22} "
-                f"{_fmt(row['p']):>7}  {row['finding']}"
+                f"{_fmt(row['p']):>7}  {row['finding']:<18} {_corr_cells(row)}"
             )
         lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def _r(x: float, digits: int = 2) -> str:
+    """A correlation in fixed point."""
+    return "nan" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _corr_cells(row: pd.Series) -> str:
+    """The per-layer table's Gram-correlation cells: r_off [95%], null range, p_Holm."""
+    if row.get("corr_finding", "not computed") == "not computed":
+        return f"{'':>20} {'':>16} {'':>7}  not computed"
+    r = f"{_r(row['corr_observed'])} [{_r(row['corr_lo'])}, {_r(row['corr_hi'])}]"
+    null = f"[{_r(row['corr_null_lo'], 3)}, {_r(row['corr_null_hi'], 3)}]"
+    return f"{r:>20} {null:>16} {_fmt(row['corr_p_holm'], 2):>7}  {row['corr_finding']}"
+
+
+def _corr_sentence(row: pd.Series) -> str:
+    """What the Gram-correlation test of one pair over all layers measured, in words."""
+    name = PAIR_NAMES[row["pair"]]
+    units = row["n_layers"] * row["n_units"]
+    n = int(row["corr_n_perm"])
+    floor = ", the smallest this test gives" if row["corr_p"] <= row["corr_p_min"] else ""
+    return (
+        f"**{name} Gram correlation: {row['corr_finding']}**; median off-diagonal r "
+        f"{_r(row['corr_observed'])} [{_r(row['corr_lo'])}, {_r(row['corr_hi'])}] over "
+        f"{units} units ({LEVEL:.0%} bootstrap interval), two-sided permutation "
+        f"p = {_fmt(row['corr_p'], 2)} ({n} pairings{floor}); the null pairings' median "
+        f"{_r(row['corr_null_median'], 3)}, their 95% range "
+        f"[{_r(row['corr_null_lo'], 3)}, {_r(row['corr_null_hi'], 3)}]."
+    )
+
+
+def _corr_legend(per_layer: pd.DataFrame) -> str:
+    """How the per-layer table's Gram-correlation columns were computed, and how many
+    tests the Holm adjustment covers."""
+    n = per_layer.groupby("pair", sort=False).size()
+    counts = ", ".join(f"{k} tests for {PAIR_NAMES[p]}" for p, k in n.items())
+    return (
+        "r_off: the median over the layer's units of the Pearson r of the off-diagonal "
+        "entries of AᵀA and BᵀB, with its 95% bootstrap interval (units resampled), beside "
+        "the 95% range of the same median over the null pairings (B of another unit of the "
+        "layer); p_Holm: the two-sided permutation p, Holm-adjusted over the layers of each "
+        f"pair ({counts}); negative/positive: p_Holm ≤ {ALPHA} and the interval on that "
+        f"side of 0; mixed sign: p_Holm ≤ {ALPHA} and the interval holds 0. "
+        "It measures whether each unit's two Grams co-vary entry by entry, not balance."
+    )

@@ -37,7 +37,10 @@ __all__ = [
     "false_positive_rate",
     "gram_features",
     "null_size",
+    "null_statistics",
+    "observed_statistic",
     "layer_gap_matrices",
+    "pairwise_corr_offdiag",
     "pairwise_gap_rel",
     "passes",
     "permutation_test",
@@ -49,6 +52,8 @@ __all__ = [
 
 # Gap statistics of a pair (names as in STATISTICS of the heads table).
 GRAM, ROTARY, NONROTARY = "balance_gap_rel", "rotary_gap_rel", "nonrotary_gap_rel"
+# The statistic of the second test per pair (the heads table's off-diagonal Gram r).
+GRAM_CORR = "gram_corr_offdiag"
 # Below this squared relative distance the Gram-expansion ‖a‖² + ‖b‖² − 2⟨a, b⟩ has lost
 # most of its digits (cancellation, error ~ε(‖a‖² + ‖b‖²)); such entries are recomputed
 # directly, so that a balanced pair reads ~1e-16 and not ~1e-8.
@@ -124,12 +129,36 @@ def pairwise_gap_rel(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
     return np.divide(gap, scale, out=np.zeros_like(gap), where=scale > 0)
 
 
+def pairwise_corr_offdiag(ga: np.ndarray, gb: np.ndarray) -> np.ndarray:
+    """``corr[u, v]``: Pearson r of the off-diagonal entries (i < j) of ``ga[u]`` and
+    ``gb[v]``, Grams (U, r, r) and (V, r, r); on the diagonal (u = v) the heads
+    table's ``gram_corr_offdiag``. NaN where either vector is constant (r < 3 has at
+    most one entry; a dead unit's Gram is 0).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import pairwise_corr_offdiag
+        >>> G = np.array([[[2.0, 1, 0], [1, 2, 3], [0, 3, 2]]])  # off-diagonal 1, 0, 3
+        >>> pairwise_corr_offdiag(np.concatenate([G, -G]), G).round(6).tolist()
+        [[1.0], [-1.0]]
+    """
+    ga, gb = np.asarray(ga, np.float64), np.asarray(gb, np.float64)
+    i, j = np.triu_indices(ga.shape[-1], k=1)
+    za, zb = ga[:, i, j], gb[:, i, j]
+    za, zb = za - za.mean(axis=1, keepdims=True), zb - zb.mean(axis=1, keepdims=True)
+    na, nb = np.linalg.norm(za, axis=1), np.linalg.norm(zb, axis=1)
+    den = na[:, None] * nb[None, :]
+    return np.divide(za @ zb.T, den, out=np.full(den.shape, np.nan), where=den > 0)
+
+
 def layer_gap_matrices(
     grams: Mapping[str, tuple[np.ndarray, np.ndarray]], rotary_dim: int, head_dim: int
 ) -> dict[tuple[str, str], np.ndarray]:
     """One layer's ``(pair, statistic) → (U, U)`` gap matrices, from per pair the Grams
     ``(G_A, G_B)`` of its U theory units, each (U, r, r); the diagonal is the true
-    pairing."""
+    pairing. Per pair also ``(pair, "gram_corr_offdiag")``: the off-diagonal Gram
+    correlations of every A with every B (:func:`pairwise_corr_offdiag`), the input of
+    the Gram-correlation test (:mod:`._correlation`)."""
     out = {}
     for pair, (ga, gb) in grams.items():
         rot = rotary_dim if pair == "qk" else 0
@@ -137,6 +166,7 @@ def layer_gap_matrices(
             out[pair, stat] = pairwise_gap_rel(
                 gram_features(ga, stat, rot), gram_features(gb, stat, rot)
             )
+        out[pair, GRAM_CORR] = pairwise_corr_offdiag(ga, gb)
     return out
 
 
@@ -204,6 +234,54 @@ def _median_mean(gaps: np.ndarray, perms: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.median(vals, axis=1), vals.mean(axis=1)
 
 
+def observed_statistic(values: np.ndarray) -> tuple[float, float]:
+    """Median and mean over the L·U units of the true pairs, the diagonals of
+    ``values`` (L, U, U): the statistic of :func:`permutation_test` (and of the
+    Gram-correlation test, :mod:`._correlation`) at the identity pairing."""
+    L, U, _ = values.shape
+    ident = np.broadcast_to(np.arange(U), (1, L, U))
+    med, mean = _median_mean(values, ident)
+    return float(med[0]), float(mean[0])
+
+
+def null_statistics(
+    values: np.ndarray, *, n_perm: int = 999, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(medians, means, exact)`` of :func:`observed_statistic` over the null
+    pairings of ``values`` (L, U, U): unit u's A with the B of unit π_l(u) of its layer,
+    π_l a permutation per layer. All non-identity pairings when there are at most
+    ``n_perm + 1`` (``exact``), else ``n_perm`` drawn (seeded by ``seed``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.inspect import null_statistics
+        >>> med, mean, exact = null_statistics(np.ones((1, 3, 3)) - np.eye(3))
+        >>> exact, med.tolist()  # 5 non-identity pairings of 3 units: 3 keep one true pair
+        (True, [1.0, 1.0, 1.0, 1.0, 1.0])
+    """
+    values = np.asarray(values, dtype=np.float64)
+    L, U, _ = values.shape
+    exact, _ = null_size(L, U, n_perm)
+    if exact:
+        pairings = _all_pairings(L, U)[1:]
+        chunks = [pairings[i : i + 256] for i in range(0, len(pairings), 256)]
+    else:
+        rng = np.random.default_rng(seed)
+        step = max(1, _CHUNK_VALUES // max(1, L * U))
+        chunks = (
+            rng.permuted(np.broadcast_to(np.arange(U), (min(step, n_perm - i), L, U)), axis=2)
+            for i in range(0, n_perm, step)
+        )
+    meds, means = [], []
+    for perms in chunks:
+        med, mean = _median_mean(values, perms)
+        meds.append(med)
+        means.append(mean)
+    if not meds:
+        return np.empty(0), np.empty(0), bool(exact)
+    return np.concatenate(meds), np.concatenate(means), bool(exact)
+
+
 def permutation_test(
     gaps: np.ndarray, *, n_perm: int = 999, seed: int = 0, statistic: str = GRAM
 ) -> PermutationTest:
@@ -236,26 +314,8 @@ def permutation_test(
     """
     gaps = np.asarray(gaps, dtype=np.float64)
     L, U, _ = gaps.shape
-    ident = np.broadcast_to(np.arange(U), (1, L, U))
-    obs_med, obs_mean = (float(x[0]) for x in _median_mean(gaps, ident))
-    exact, _ = null_size(L, U, n_perm)
-    meds, means = [], []
-    if exact:
-        pairings = _all_pairings(L, U)[1:]
-        chunks = [pairings[i : i + 256] for i in range(0, len(pairings), 256)]
-    else:
-        rng = np.random.default_rng(seed)
-        step = max(1, _CHUNK_VALUES // max(1, L * U))
-        chunks = (
-            rng.permuted(np.broadcast_to(np.arange(U), (min(step, n_perm - i), L, U)), axis=2)
-            for i in range(0, n_perm, step)
-        )
-    for perms in chunks:
-        med, mean = _median_mean(gaps, perms)
-        meds.append(med)
-        means.append(mean)
-    med = np.concatenate(meds) if meds else np.empty(0)
-    mean = np.concatenate(means) if means else np.empty(0)
+    obs_med, obs_mean = observed_statistic(gaps)
+    med, mean, exact = null_statistics(gaps, n_perm=n_perm, seed=seed)
     n = len(med)
     le = (med < obs_med) | ((med == obs_med) & (mean <= obs_mean))
     null_median = float(np.median(med)) if n else float("nan")

@@ -64,10 +64,13 @@ class Inspection:
     inspected layers and the U theory units of each: ``[l, u, v]`` is the relative gap
     of unit u's A against unit v's B (the diagonal: the true pairs), for each statistic
     of :func:`~._permutation.unit_statistics`; the input of the permutation test
-    (:mod:`._permutation`). Kept in memory only, U² numbers per layer. ``findings``:
-    the graded findings per pair, over all layers and per layer, with the effect's
-    interval, the false-positive rates and the training reference
-    (:func:`~._findings.balance_findings`); written as ``findings.parquet``.
+    (:mod:`._permutation`); and per pair ``(pair, "gram_corr_offdiag")``, ``[l, u, v]``
+    the off-diagonal Gram correlation of unit u's A with unit v's B, the input of the
+    Gram-correlation test (:mod:`._correlation`). Kept in memory only, U² numbers per
+    layer. ``findings``: the graded findings per pair, over all layers and per layer,
+    with the effect's interval, the false-positive rates, the training reference and
+    the Gram-correlation test (:func:`~._findings.balance_findings`); written as
+    ``findings.parquet``.
 
     Examples:
         Made by :func:`inspect_checkpoint` (whose example shows one); its fields:
