@@ -1,8 +1,11 @@
 """The notebook examples/own_sweep.ipynb (issue #41, item 8): committed without outputs,
 executed here with nbclient (kernel ``python3``) in the default run, its results read
-back from the kernel and checked against the theory; each check is shown to fail on a
-plausible wrong version (a zeroth-order scheme, GD's leading factor (1 − ηλ)² taken for
-T5's exact step, a notebook that computes nothing, a cell that raises).
+back from the kernel and checked against the theory: ``rankflow.fit``'s table (T5's
+bracket over each run's early window, the slower phase named where it is), and
+``compare``'s order in η (T8) and T5's exact step. Each check is shown to fail on a
+plausible wrong version (the rate over ηλ, no slower phase named, a zeroth- or
+second-order scheme, GD's leading factor (1 − ηλ)² taken for T5's exact step, a cell that
+raises; a notebook that computes nothing fails reading its tables back).
 
 The checks are pure functions of what the notebook computed, so the wrong versions cost
 no second execution. The whole notebook runs in one kernel from a temporary folder (it
@@ -23,7 +26,7 @@ from helpers import ROOT
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from rankflow import theory
+from rankflow import fitting, theory
 from rankflow.reproduce.discrete import ORDER_TOL, T5_TOL
 
 NOTEBOOK = ROOT / "examples" / "own_sweep.ipynb"
@@ -33,6 +36,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 REPORT_CELL = """
 import json
 print("numbers:", json.dumps({
+    "fits": fits.drop(columns="bracket").to_dict("list"),
     "sweep": sweep.to_dict("list"),
     "order": tables["order"].to_dict("list"),
 }))
@@ -140,6 +144,26 @@ def order_errors(order: dict, tol: float = ORDER_TOL) -> list[str]:
     return errors
 
 
+def fit_errors(fits: dict) -> list[str]:
+    """T5 over each GD run's early window (the one ``rankflow.fit`` found): the verdict
+    passes, and rate/(2ηλ) lies in ``theory.gd_rate_bracket(η, λ)`` widened by
+    ``fitting.Z`` standard errors (computed here, not read from the table); the runs at
+    λ = 0.1 end their window at a slower phase and those at λ = 0.03 do not (the
+    notebook's text says which)."""
+    errors = []
+    rows = zip(fits["dynamics.eta"], fits["dynamics.lam"], fits["ratio"], fits["ratio_se"])
+    for i, (eta, lam, ratio, se) in enumerate(rows):
+        lo, hi = theory.gd_rate_bracket(eta, lam)
+        if fits["dynamics.kind"][i] != "gd" or fits["verdict"][i] != "pass":
+            errors.append(f"run {i}: {fits['dynamics.kind'][i]} {fits['verdict'][i]}")
+        if not lo - fitting.Z * se <= ratio <= hi + fitting.Z * se:
+            errors.append(f"run {i}: rate/(2ηλ) {ratio:.6f} outside [{lo:.6f}, {hi:.6f}]")
+        slower = fits["end"][i] == "slower phase"
+        if slower != (lam == 0.1) or slower != np.isfinite(fits["slow_rate"][i]):
+            errors.append(f"run {i} (λ = {lam}): window ends at {fits['end'][i]!r}")
+    return errors
+
+
 def t5_errors(sweep: dict) -> list[str]:
     """T5: GD's measured per-step contraction of ‖D‖ is the exact one-step identity's to
     ``T5_TOL`` at every step of the window, at every point."""
@@ -152,12 +176,19 @@ def t5_errors(sweep: dict) -> list[str]:
 
 def test_the_notebook_runs_and_its_comparison_agrees_with_the_theory(executed):
     numbers = printed_numbers(executed)
-    sweep, order = numbers["sweep"], numbers["order"]
+    fits, sweep, order = numbers["fits"], numbers["sweep"], numbers["order"]
+    assert len(fits["verdict"]) == 4
+    assert fit_errors(fits) == []
     assert len(sweep["point"]) == 2 and len(order["point"]) == 8
     assert order_errors(order) == []
     assert t5_errors(sweep) == []
-    # Wrong versions fail: a zeroth-order scheme (the same distance at every η), a
-    # second-order one, and GD's leading factor (1 − ηλ)² taken for T5's exact step.
+    # Wrong versions fail: the rate over ηλ (a missing factor 2), a verdict that failed,
+    # no slower phase named;
+    assert len(fit_errors(dict(fits, ratio=[2 * r for r in fits["ratio"]]))) == 4
+    assert fit_errors(dict(fits, verdict=["fail"] * 4)) != []
+    assert fit_errors(dict(fits, end=["end of run"] * 4)) != []
+    # a zeroth-order scheme (the same distance at every η), a second-order one, and GD's
+    # leading factor (1 − ηλ)² taken for T5's exact step.
     zeroth = dict(order, distance=[1e-2] * len(order["distance"]))
     assert order_errors(zeroth) != []
     second = dict(order, distance=list(np.asarray(order["distance"]) * order["dynamics.eta"]))
