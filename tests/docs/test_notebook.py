@@ -231,6 +231,8 @@ def test_the_docs_page_shows_every_cell_and_publishes_the_notebook(tmp_path):
     assert hooks.NOTEBOOK_MARKER.findall(page) == ["examples/own_sweep.ipynb"]
     assert hooks.page_notebooks(ROOT / "docs") == {"examples/own_sweep.ipynb": NOTEBOOK}
     assert "](own_sweep.ipynb)" in page
+    assert "(own_sweep.md)" in (ROOT / "docs/examples/index.md").read_text()
+    assert "(examples/own_sweep.ipynb)" in (ROOT / "README.md").read_text()
     fenced = copy.deepcopy(nb)
     fenced.cells = [nbformat.v4.new_code_cell('print("""\n```\n""")')]
     path = tmp_path / "fenced.ipynb"
