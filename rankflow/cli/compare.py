@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import textwrap
 import time
 from pathlib import Path
 
 from ..core import config as config_lib
-from ..engine import progress
 from ..engine.writer import check_out
 from .common import add_command, add_set_option
+from .helptext import WIDTH
+
+
+def verdict_help() -> str:
+    """The verdicts and the exit status, after the options in ``--help``, with the
+    tolerances of ``rankflow.compare.verdict`` (those ``rankflow reproduce`` uses)."""
+    from ..compare import ORDER_TOL, WEAK_TOL
+
+    paragraphs = (
+        "verdicts: every fitted order in η (table order: gd, momentum, momentum_coupled "
+        f"against their flows, T8, tolerance {ORDER_TOL:g}; table weak: sgd and "
+        f"sgd_gaussian with noise = gradient against their SMEs, T10, tolerance "
+        f"{WEAK_TOL:g}; the tolerances of rankflow reproduce) is judged against p = 1: "
+        "inconclusive when its standard error is NaN (fewer than 3 learning rates) or "
+        "above the tolerance, else pass when |order - 1| <= tolerance, else fail. Printed "
+        "per point of a sweep with the orders between consecutive halvings, log2(d_j / "
+        "d_(j+1)), and written to verdict.csv and halvings.csv. sgd_gaussian with "
+        "parameter noise (T6) has no order and no verdict.",
+        "exit status: 0 when every verdict passes (or there is none), 1 when one fails or "
+        "is inconclusive (tables, figures and summary are written either way), 2 on a "
+        "refused input (nothing written).",
+    )
+    return "\n\n".join(textwrap.fill(p, WIDTH) for p in paragraphs)
 
 
 def options_help() -> str:
@@ -40,18 +63,19 @@ def add_parser(sub) -> None:
         "hyperparameters; write tables (parquet, CSV), figures (PNG) and summary.md to DIR. "
         "With a [sweep] (or --set 'sweep.dynamics.eta=[0.05,0.1]'), every point is compared "
         "and the tables are joined, with a sweep table of one row per point and sweep.png.",
-        epilog=options_help(),
+        epilog=options_help() + "\n\n" + verdict_help(),
     )
     compare.add_argument("config", help="TOML config naming a discrete optimizer")
     add_set_option(compare, "override a config key or a compare.* option (repeatable)")
     compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
 
-@progress.reported("compare")
 def cmd_compare(args: argparse.Namespace) -> int:
-    """The comparison's tables and summary, with one figure per table, into ``--out``."""
+    """The comparison's tables and summary, with one figure per table, into ``--out``;
+    prints each fit's verdict and exits 1 unless every one passes."""
     from .. import plots
-    from ..compare import compare
+    from ..compare import compare, judge
+    from ..compare.summary import verdict_lines
 
     check_out(args.out, "compare")
     t0 = time.perf_counter()
@@ -63,4 +87,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     print(f"{', '.join(tables)} in {time.perf_counter() - t0:.1f} s → {args.out}")
     print(f"summary → {Path(args.out) / 'summary.md'}")
-    return 0
+    judged = judge(tables)
+    if not judged:
+        return 0
+    for line in verdict_lines(judged):
+        print(line)
+    verdicts = judged["verdict"]["verdict"]
+    passed = int((verdicts == "pass").sum())
+    print(f"verdict: {passed} of {len(verdicts)} fitted orders pass")
+    return 0 if passed == len(verdicts) else 1

@@ -51,9 +51,17 @@ Tables (columns in :data:`COLUMNS`) are written as parquet and CSV, with ``summa
 and ``config.json``; figures are the caller's (``rankflow compare`` passes
 ``figures=rankflow.plots.write_compare_figures``: one PNG per table). Nothing here draws.
 
+Judging (:mod:`.verdict`): :func:`judge` turns the ``order`` and ``weak`` tables into
+``halvings`` (the order log2(d_j/d_(j+1)) between consecutive learning rates) and
+``verdict`` (per point of a sweep, per observable of ``weak``: the fitted order ± SE
+against p = 1 within :data:`ORDER_TOL` (T8) or :data:`WEAK_TOL` (T10), the tolerances
+``rankflow reproduce`` uses, reading ``pass``, ``fail`` or ``inconclusive`` when the SE
+is NaN or above the tolerance); :func:`write` writes them beside the tables, the summary
+states them, and ``rankflow compare`` exits 1 unless every verdict passes.
+
 Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.run` (the two configs, their
 runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their columns),
-:mod:`.sme` (the SME tables and :func:`weak_order`),
+:mod:`.sme` (the SME tables and :func:`weak_order`), :mod:`.verdict` (:func:`judge`),
 :mod:`.summary` (``summary.md``), :mod:`.sweep` (the tables of a sweep joined).
 """
 
@@ -66,5 +74,18 @@ from .summary import summary as summary
 from .sweep import SWEEP_COLUMNS as SWEEP_COLUMNS
 from .tables import COLUMNS as COLUMNS
 from .tables import SETTING as SETTING
+from .verdict import ORDER_TOL as ORDER_TOL
+from .verdict import WEAK_TOL as WEAK_TOL
+from .verdict import judge as judge
 
-__all__ = ["COLUMNS", "OPTIONS", "SWEEP_COLUMNS", "compare", "weak_order", "write"]
+__all__ = [
+    "COLUMNS",
+    "OPTIONS",
+    "ORDER_TOL",
+    "SWEEP_COLUMNS",
+    "WEAK_TOL",
+    "compare",
+    "judge",
+    "weak_order",
+    "write",
+]

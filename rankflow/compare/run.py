@@ -33,6 +33,7 @@ from .tables import (
     setting_of,
     trajectory_table,
 )
+from .verdict import judge
 
 __all__ = ["check_resources", "compare", "flow_config", "sme_pair", "write"]
 
@@ -401,7 +402,9 @@ def compare(
       sgd_gaussian with noise = gradient)}`` → DataFrames with the columns of
       :data:`COLUMNS`; with a sweep, each table holds every point's rows after the
       columns ``point`` and ``sweep.KEY`` (the point's value of each swept key), and
-      ``"sweep"`` has one row per point (``COLUMNS["sweep"]``).
+      ``"sweep"`` has one row per point (``COLUMNS["sweep"]``). Their verdicts, the
+      ``halvings`` and ``verdict`` tables that ``out`` also receives, are
+      ``rankflow.compare.judge(tables)``.
 
     Raises:
       ConfigError: on an invalid config or option, or a dynamics without a flow, at any
@@ -457,7 +460,9 @@ def write(
     meta: Mapping[str, Any],
     figures: Figures | None = None,
 ) -> Path:
-    """Write ``tables`` (parquet, CSV), their figures (``figures(tables, out)``, when
+    """Write ``tables`` and their judged ``halvings`` and ``verdict`` tables
+    (:func:`rankflow.compare.verdict.judge`, where ``tables`` has an order or weak table)
+    as parquet and CSV, the figures of ``tables`` (``figures(tables, out)``, when
     given; it returns the paths it wrote), ``summary.md`` and ``config.json`` (``meta``
     plus versions, devices and the list of outputs) into the directory ``out``; the
     files a previous comparison there wrote and this one did not are removed
@@ -479,14 +484,15 @@ def write(
       >>> with tempfile.TemporaryDirectory() as out:
       ...     names = sorted(p.name for p in write(out, tables, meta).iterdir())
       >>> names  # doctest: +NORMALIZE_WHITESPACE
-      ['config.json', 'contraction.csv', 'contraction.parquet', 'order.csv', 'order.parquet',
-       'summary.md', 'trajectory.csv', 'trajectory.parquet']
+      ['config.json', 'contraction.csv', 'contraction.parquet', 'halvings.csv',
+       'halvings.parquet', 'order.csv', 'order.parquet', 'summary.md', 'trajectory.csv',
+       'trajectory.parquet', 'verdict.csv', 'verdict.parquet']
     """
     from ..engine.store import provenance, write_outputs
 
     out = Path(out)
     files: dict[str, Any] = {}
-    for name, df in tables.items():
+    for name, df in {**tables, **judge(tables)}.items():
         files |= {f"{name}.parquet": df, f"{name}.csv": df}
     files["summary.md"] = summary(tables, meta, figures=figures is not None)
     # The figures draw themselves into out; the names they return are listed as outputs.

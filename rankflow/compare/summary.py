@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.vocabulary import MOMENTUM_DYNAMICS
+from .verdict import RULES, judge
 
-__all__ = ["summary"]
+__all__ = ["summary", "verdict_lines"]
 
 
 def _g(x: float) -> str:
@@ -25,24 +26,97 @@ def summary(
     ``NAME.png`` when ``figures``)."""
     traj = tables["trajectory"]
     s = traj.iloc[0]
+    judged = judge(tables)
+    head = _header(s, meta) + _verdict_section(judged)
     if "sweep" in tables:
-        lines = _header(s, meta) + _sweep_section(tables["sweep"], meta)
-        files = _files_section(tables, figures=False)
+        lines = head + _sweep_section(tables["sweep"], meta) + _sweep_verdicts(judged)
+        files = _files_section(tables, False, judged)
         if figures:
             files.insert(-2, "- `sweep.png`: the measured numbers against the swept values")
         return "\n".join(lines + files)
-    lines = _header(s, meta) + _trajectory_section(traj)
+    lines = head + _trajectory_section(traj)
     if "contraction" in tables:
         lines += _contraction_section(tables["contraction"])
     if "order" in tables:
-        lines += _order_section(tables["order"], momentum=s["dynamics.kind"] in MOMENTUM_DYNAMICS)
+        momentum = s["dynamics.kind"] in MOMENTUM_DYNAMICS
+        lines += _order_section(tables["order"], judged, momentum=momentum)
     if "sde" in tables:
         lines += _sde_section(tables["sde"], s)
     if "moments" in tables:
         lines += _moments_section(tables["moments"], s)
     if "weak" in tables:
-        lines += _weak_section(tables["weak"], meta)
-    return "\n".join(lines + _files_section(tables, figures))
+        lines += _weak_section(tables["weak"], judged, meta)
+    return "\n".join(lines + _files_section(tables, figures, judged))
+
+
+def _point_name(row: pd.Series) -> str:
+    """``point 3 (dynamics.lam=0.1, dynamics.eta=0.05)`` of a judged row in a sweep;
+    empty without one."""
+    if "point" not in row:
+        return ""
+    swept = [f"{c[len('sweep.') :]}={_cell(row[c])}" for c in row.index if c.startswith("sweep.")]
+    return f"point {row['point']} ({', '.join(swept)}): "
+
+
+def _cell(v: Any) -> str:
+    """A swept value as text: floats by ``:g``, others as they print."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _halving_cells(h: pd.DataFrame) -> str:
+    """The halving orders of one fit, comma-separated (± SE where it has one)."""
+    return ", ".join(
+        f"{o:.3f}" + (f" ± {e:.3f}" if np.isfinite(e) else "")
+        for o, e in zip(h["halving_order"], h["halving_order_stderr"], strict=True)
+    )
+
+
+def _fits(judged: Mapping[str, pd.DataFrame]):
+    """``(verdict row, its halvings rows)`` of each fit judged."""
+    if not judged:
+        return
+    keys = [c for c in judged["verdict"].columns if c == "point"] + ["table", "observable"]
+    h = judged["halvings"]
+    for _, row in judged["verdict"].iterrows():
+        mask = np.logical_and.reduce([h[k] == row[k] for k in keys])
+        yield row, h[mask]
+
+
+def verdict_lines(judged: Mapping[str, pd.DataFrame]) -> list[str]:
+    """One line per fit of :func:`rankflow.compare.verdict.judge`'s tables (per point of
+    a sweep, per observable of a weak table): its order ± SE against the expected order
+    and tolerance, its halving orders, its verdict, and its reading when it has one."""
+    lines = []
+    for row, h in _fits(judged):
+        what, _, _, source = RULES[row["table"]]
+        obs = "" if row["table"] == "order" else f"{row['observable']}: "
+        line = (
+            f"{_point_name(row)}{obs}order of the {what} in η {row['order']:.3f} ± "
+            f"{row['order_stderr']:.3f} ({source}: {row['expected_order']:g} ± "
+            f"{row['tolerance']:g}); per halving {_halving_cells(h)}: {row['verdict']}"
+        )
+        lines.append(line + (f"; {row['reading']}" if row["reading"] else ""))
+    return lines
+
+
+def _verdict_section(judged: Mapping[str, pd.DataFrame]) -> list[str]:
+    """How many fits pass, and the rule, after the header (none for T6's pairs)."""
+    if not judged:
+        return []
+    v = judged["verdict"]
+    counts = v["verdict"].value_counts()
+    tally = ", ".join(f"{counts[k]} {k}" for k in ("pass", "fail", "inconclusive") if k in counts)
+    return [
+        "",
+        "## Verdict",
+        "",
+        f"{len(v)} fitted order{'s' * (len(v) > 1)} in η: {tally}. Rule: inconclusive when the "
+        "fit's SE is NaN (fewer than 3 rates) or exceeds the tolerance; otherwise pass when "
+        "|order − p| ≤ tolerance (p = 1; tolerance "
+        + ", ".join(f"{RULES[t][2]:g} for {t}" for t in dict.fromkeys(v["table"]))
+        + ", those of rankflow reproduce). The halving orders are log2(d_j/d_(j+1)) "
+        "between consecutive learning rates at the same ηt.",
+    ]
 
 
 def _header(s: pd.Series, meta: Mapping[str, Any]) -> list[str]:
@@ -127,28 +201,53 @@ def _contraction_section(c: pd.DataFrame) -> list[str]:
     ]
 
 
-def _order_section(o: pd.DataFrame, *, momentum: bool) -> list[str]:
-    """The distance at the horizon for each η (and μ, for momentum) and the fitted
-    order (T8)."""
+def _halving_column(h: pd.DataFrame) -> list[str]:
+    """The halving order of each learning rate from the one before it (``—`` for the
+    first), as table cells."""
+    return ["—"] + [
+        f"{o:.3f}" + (f" ± {e:.3f}" if np.isfinite(e) else "")
+        for o, e in zip(h["halving_order"], h["halving_order_stderr"], strict=True)
+    ]
+
+
+def _judged_line(judged: Mapping[str, pd.DataFrame], observable: str) -> list[str]:
+    """The verdict line (and reading) of the fit of ``observable`` in a single config."""
+    return [f"- {line}" for line in verdict_lines(_only(judged, observable))]
+
+
+def _only(judged: Mapping[str, pd.DataFrame], observable: str) -> dict[str, pd.DataFrame]:
+    return {k: v[v["observable"] == observable] for k, v in judged.items()}
+
+
+def _order_section(
+    o: pd.DataFrame, judged: Mapping[str, pd.DataFrame], *, momentum: bool
+) -> list[str]:
+    """The distance and relative distance at the horizon for each η (and μ, for
+    momentum), the order from the η before, the fitted order and its verdict (T8)."""
     mu = momentum
     lines = [
         "",
         f"## Order in η (T8), horizon ηt = {o['horizon'].iloc[0]:g}",
         "",
-        "| η | " + ("μ | " if mu else "") + "steps | distance | relative |",
-        "|---|" + ("---|" if mu else "") + "---|---|---|",
+        "| η | " + ("μ | " if mu else "") + "steps | distance | relative | halving order |",
+        "|---|" + ("---|" if mu else "") + "---|---|---|---|",
     ]
-    for _, row in o.iterrows():
+    halving = _halving_column(judged["halvings"])
+    for (_, row), cell in zip(o.iterrows(), halving, strict=True):
         lines.append(
             f"| {row['dynamics.eta']:g} | "
             + (f"{row['dynamics.mu']:g} | " if mu else "")
-            + f"{row['steps']} | {_g(row['distance'])} | {_g(row['relative_distance'])} |"
+            + f"{row['steps']} | {_g(row['distance'])} | {_g(row['relative_distance'])} | "
+            f"{cell} |"
         )
     return lines + [
         "",
         f"Measured order {o['order'].iloc[0]:.3f} ± {o['order_stderr'].iloc[0]:.3f} "
         "(least squares of log distance on log η; first order expected)"
-        + (", with μ halved along with η." if mu else "."),
+        + (", with μ halved along with η." if mu else ".")
+        + " Halving order: log2 of the distance at the η before over the distance here.",
+        "",
+        *_judged_line(judged, "distance"),
     ]
 
 
@@ -206,7 +305,9 @@ def _moments_section(mo: pd.DataFrame, s: pd.Series) -> list[str]:
     return lines
 
 
-def _weak_section(w: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
+def _weak_section(
+    w: pd.DataFrame, judged: Mapping[str, pd.DataFrame], meta: Mapping[str, Any]
+) -> list[str]:
     """The weak error (difference of the means, optimizer − flow) at a fixed horizon in
     ηt for each η, with its Monte Carlo SE, and the fitted weak order per observable."""
     dt = meta["flow"]["solver"]["dt"]
@@ -220,26 +321,26 @@ def _weak_section(w: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
         f"dt = {dt:g} step: its own weak error, O(η·dt) at fixed ηt, is part of what is "
         "measured.",
         "",
-        "| observable | η | steps | paths | error ± SE | z |",
-        "|---|---|---|---|---|---|",
+        "| observable | η | steps | paths | error ± SE | z | halving order ± SE |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for _, row in w.iterrows():
-        lines.append(
-            f"| {row['observable']} | {row['dynamics.eta']:g} | {row['steps']} | "
-            f"{row['optimizer.paths']} | {_g(row['error'])} ± {_g(row['error_se'])} | "
-            f"{row['z']:+.1f} |"
-        )
+    for name, part in w.groupby("observable", sort=False):
+        halving = _halving_column(_only(judged, name)["halvings"])
+        for (_, row), cell in zip(part.iterrows(), halving, strict=True):
+            lines.append(
+                f"| {name} | {row['dynamics.eta']:g} | {row['steps']} | "
+                f"{row['optimizer.paths']} | {_g(row['error'])} ± {_g(row['error_se'])} | "
+                f"{row['z']:+.1f} | {cell} |"
+            )
     lines += [
         "",
         "Weak order: weighted least squares of log|error| on log η, weights (error/SE)²; "
-        "its SE from the weights, scaled by √(χ²/dof) when that exceeds 1.",
+        "its SE from the weights, scaled by √(χ²/dof) when that exceeds 1. Halving order: "
+        "log2 of |error| at the η before over |error| here, its SE by the delta method.",
         "",
     ]
-    for name, part in w.groupby("observable", sort=False):
-        lines.append(
-            f"- {name}: weak order {part['order'].iloc[0]:.3f} ± "
-            f"{part['order_stderr'].iloc[0]:.3f}."
-        )
+    for name in w["observable"].unique():
+        lines += _judged_line(judged, name)
     return lines
 
 
@@ -247,6 +348,7 @@ def _weak_section(w: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
 _SWEEP_HEADINGS = {
     "status": "status",
     "distance_final": "distance at the last save",
+    "relative_distance_final": "relative",
     "ratio_min": "‖D‖ ratio min",
     "ratio_max": "‖D‖ ratio max",
     "gd_contraction": "(1 − ηλ)²",
@@ -276,7 +378,7 @@ def _sweep_section(sw: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
         "|---|" + "---|" * len(heads),
     ]
     for _, row in sw.iterrows():
-        cells = [str(row[c]) if not isinstance(row[c], float) else f"{row[c]:g}" for c in swept]
+        cells = [_cell(row[c]) for c in swept]
         cells += [_g(row[c]) if isinstance(row[c], float) else str(row[c]) for c in cols]
         lines.append(f"| {row['point']} | " + " | ".join(cells) + " |")
     if "order" in sw.columns:
@@ -289,14 +391,41 @@ def _sweep_section(sw: pd.DataFrame, meta: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _files_section(tables: Mapping[str, pd.DataFrame], figures: bool) -> list[str]:
-    """The files a comparison writes."""
+def _sweep_verdicts(judged: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Each point's halving orders, fitted order ± SE and verdict (and reading)."""
+    if not judged:
+        return []
+    lines = [
+        "",
+        "### Verdict per point",
+        "",
+        "| point | fit | halving orders | order ± SE | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    readings = []
+    for row, h in _fits(judged):
+        fit = "distance" if row["table"] == "order" else f"weak, {row['observable']}"
+        lines.append(
+            f"| {row['point']} | {fit} | {_halving_cells(h)} | {row['order']:.3f} ± "
+            f"{row['order_stderr']:.3f} | {row['verdict']} |"
+        )
+        if row["reading"]:
+            readings.append(f"- point {row['point']} ({fit}): {row['reading']}.")
+    return lines + ([""] + readings if readings else [])
+
+
+def _files_section(
+    tables: Mapping[str, pd.DataFrame], figures: bool, judged: Mapping[str, pd.DataFrame]
+) -> list[str]:
+    """The files a comparison writes: ``tables`` (with a figure each when ``figures``)
+    and the ``judged`` tables (:func:`rankflow.compare.verdict.judge`)."""
     png = ", `{}.png`" if figures else ""
     return [
         "",
         "## Files",
         "",
         *(f"- `{name}.parquet`, `{name}.csv`" + png.format(name) for name in tables),
+        *(f"- `{name}.parquet`, `{name}.csv`: judged from the orders" for name in judged),
         "- `config.json`: both resolved configs, the compare options, versions",
         "",
     ]

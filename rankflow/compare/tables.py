@@ -141,6 +141,36 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "order",  # fitted weak order p of |error| ≈ C ηᵖ (sme.weak_order; all rows)
         "order_stderr",
     ),
+    # Judged from order and weak (rankflow.compare.verdict, written beside them; not returned
+    # by compare): one row per pair of consecutive learning rates η/2^j, η/2^(j+1) of a fit.
+    "halvings": SETTING
+    + (
+        "table",  # the table judged: order (T8) or weak (T10)
+        "observable",  # distance (order table) or the weak table's observable
+        "halving",  # j: dynamics.eta is η/2^j, eta_next is η/2^(j+1)
+        "eta_next",  # the next learning rate, η/2^(j+1)
+        "error",  # the distance (order) or |error| (weak) at dynamics.eta, at the horizon
+        "error_next",  # the same at eta_next
+        "halving_order",  # log(error/error_next) / log(η/eta_next), i.e. log2 of the ratio
+        "halving_order_stderr",  # weak: Monte Carlo SE (delta method); NaN: deterministic
+    ),
+    # Judged from order and weak: one row per fit, a point's order table or one observable
+    # of its weak table (dynamics.eta: the largest η); the verdict's rule is
+    # rankflow.compare.verdict's.
+    "verdict": SETTING
+    + (
+        "table",  # the table judged: order (T8) or weak (T10)
+        "observable",  # distance (order table) or the weak table's observable
+        "horizon",  # η · steps, the same for every learning rate
+        "rates",  # learning rates with a finite, nonzero error (those fitted)
+        "order",  # fitted order: theory.convergence_order (order), sme.weak_order (weak)
+        "order_stderr",
+        "expected_order",  # p: 1 for each pair compare fits (T8; T10)
+        "tolerance",  # ORDER_TOL (order) or WEAK_TOL (weak), as rankflow reproduce uses
+        "verdict",  # inconclusive if SE > tolerance or NaN; else pass iff |order − p| ≤ tolerance
+        "last_halving_order",  # halving_order between the two smallest learning rates
+        "reading",  # computed: why inconclusive, or a fail not yet asymptotic at the largest η
+    ),
 }
 
 # The runs of each side are dicts of float64 ``A``, ``B`` ``(runs, saves, ·, ·)``, ``A_raw``,

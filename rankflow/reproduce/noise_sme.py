@@ -61,7 +61,7 @@ NAME = "noise"
 # with a standard error ≤ WEAK_TOL, every η's error resolved (|z| ≥ WEAK_Z) so that the
 # fit is of errors, not of Monte Carlo noise.
 WEAK_ORDER = 1.0
-WEAK_TOL = 0.2
+WEAK_TOL = compare_lib.WEAK_TOL  # 0.2, rankflow compare's (rankflow.compare.verdict.WEAK_TOL)
 WEAK_Z = 2.0
 WEAK_OBSERVABLE = "balance_trace"
 # At every η, |SGD − flow| − |SGD − SME| of E[tr D] in SE (both errors' SEs added in

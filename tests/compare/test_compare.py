@@ -130,10 +130,22 @@ def test_cli_compare_momentum_example(tmp_path, capsys):
     argv = ["compare", str(ROOT / "sims" / "compare_momentum.toml"), "--out", str(out)]
     argv += ["--set", "save.t1=100", "--set", "save.num=6", "--set", "compare.halvings=2"]
     assert cli.main(argv) == 0
-    assert "summary.md" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "summary.md" in printed
     o = pd.read_parquet(out / "order.parquet")
     np.testing.assert_allclose(o["dynamics.mu"] / o["dynamics.eta"], 2.0)
     assert 0.8 <= o["order"].iloc[0] <= 1.2
+    # The verdict of the single config, printed (issue #41): halvings 0.935, 0.969.
+    d = o["distance"].to_numpy()
+    halvings = ", ".join(f"{v:.3f}" for v in np.log2(d[:-1] / d[1:]))
+    line = (
+        f"order of the distance in η {o['order'].iloc[0]:.3f} ± {o['order_stderr'].iloc[0]:.3f} "
+        f"(T8: 1 ± 0.15); per halving {halvings}: pass"
+    )
+    assert line in printed.splitlines() and halvings == "0.935, 0.969"
+    assert printed.splitlines()[-1] == "verdict: 1 of 1 fitted orders pass"
+    summary = (out / "summary.md").read_text()
+    assert "| 0.05 | 0.1 | 200 |" in summary and f"| {halvings.split(', ')[0]} |" in summary
     assert (out / "trajectory.png").is_file() and not (out / "contraction.png").exists()
 
 

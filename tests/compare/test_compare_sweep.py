@@ -2,6 +2,8 @@
 batch per structure and side, joined into tidy tables with the swept columns; the order
 in η (T8) measured at every point of a λ × η sweep of GD against gradient flow."""
 
+import contextlib
+import io
 import json
 
 import numpy as np
@@ -66,15 +68,18 @@ def gd_sweep(tmp_path_factory):
     out = tmp / "out"
     before = dict(TRACE_COUNTS)
     args = ["compare", str(tmp / "gd.toml"), "--out", str(out), "--set", "compare.window=20"]
-    code = cli.main(args + ["--set", "sweep.dynamics.eta=[0.025, 0.05, 0.1]"])
-    assert code == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(args + ["--set", "sweep.dynamics.eta=[0.025, 0.05, 0.1]"])
+    assert code == 0, printed.getvalue()  # every point's order in η passes its verdict
     traced = _traced(before)
     names = ("trajectory", "contraction", "order", "sweep")
-    return {name: pd.read_parquet(out / f"{name}.parquet") for name in names}, out, traced
+    tables = {name: pd.read_parquet(out / f"{name}.parquet") for name in names}
+    return tables, out, traced, printed.getvalue()
 
 
 def test_one_row_per_point_and_save_with_the_swept_columns(gd_sweep):
-    tables, out, _ = gd_sweep
+    tables, out, _, _ = gd_sweep
     traj = tables["trajectory"]
     front = ["point", "sweep.dynamics.lam", "sweep.dynamics.eta"]
     assert list(traj.columns) == front + list(COLUMNS["trajectory"])
@@ -86,7 +91,8 @@ def test_one_row_per_point_and_save_with_the_swept_columns(gd_sweep):
     # The setting columns carry each point's own values.
     assert np.array_equal(traj["dynamics.eta"], traj["sweep.dynamics.eta"])
     assert np.array_equal(traj["dynamics.lam"], traj["sweep.dynamics.lam"])
-    assert sorted(p.stem for p in out.glob("*.parquet")) == sorted(tables)
+    judged = ["halvings", "verdict"]  # judged from the order table, beside it
+    assert sorted(p.stem for p in out.glob("*.parquet")) == sorted([*tables, *judged])
     for name, df in tables.items():
         pd.testing.assert_frame_equal(pd.read_parquet(out / f"{name}.parquet"), df)
         assert (out / f"{name}.csv").stat().st_size > 0
@@ -101,7 +107,7 @@ def test_one_row_per_point_and_save_with_the_swept_columns(gd_sweep):
 def test_order_in_eta_is_first_order_at_every_point(gd_sweep):
     """T8: at every (λ, η) the distance at a fixed ηt shrinks like η (order in
     [0.8, 1.2], float64), and per λ across the swept η too."""
-    tables, _, _ = gd_sweep
+    tables, _, _, _ = gd_sweep
     sweep = tables["sweep"]
     assert len(sweep) == 6 and (sweep["status"] == "ok").all()
     assert sweep["order"].between(0.8, 1.2).all(), sweep[["point", "order"]]
@@ -120,10 +126,21 @@ def test_order_in_eta_is_first_order_at_every_point(gd_sweep):
     )
 
 
+def test_every_point_prints_its_halving_orders_and_verdict(gd_sweep):
+    """T8 at each of the six points, as the command prints it: the orders between
+    consecutive halvings (1.002 … 0.989 at λ = 0.1, η = 0.1) and pass."""
+    _, _, _, printed = gd_sweep
+    lines = [line for line in printed.splitlines() if line.startswith("point ")]
+    assert [line.split(" (")[0] for line in lines] == [f"point {i}" for i in range(6)]
+    assert all(line.endswith(": pass") and "(T8: 1 ± 0.15); per halving " in line for line in lines)
+    assert lines[4].startswith("point 4 (dynamics.lam=0.1, dynamics.eta=0.05): order")
+    assert printed.splitlines()[-1] == "verdict: 6 of 6 fitted orders pass"
+
+
 def test_each_structure_compiles_once_per_side(gd_sweep):
     """Six points, each with four learning rates, on each side: one trace of the
     optimizer's program and one of the flow's, not one per point."""
-    _, _, traced = gd_sweep
+    _, _, traced, _ = gd_sweep
     assert sorted(traced.values()) == [1, 1], traced
 
 
@@ -131,7 +148,7 @@ def test_each_structure_compiles_once_per_side(gd_sweep):
 def test_a_point_of_the_sweep_equals_its_comparison_alone(gd_sweep):
     """The join is faithful: point 4 (λ = 0.1, η = 0.05) is the comparison of that
     point without a sweep, to rounding (the batch differs, not the arithmetic)."""
-    tables, _, _ = gd_sweep
+    tables, _, _, _ = gd_sweep
     alone_cfg = {k: v for k, v in GD.items() if k != "sweep"}
     alone = compare(alone_cfg, overrides=OPTIONS | {"dynamics.lam": 0.1, "dynamics.eta": 0.05})
     for name, df in alone.items():
