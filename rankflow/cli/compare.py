@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..core import config as config_lib
+from ..engine import progress
 from ..engine.writer import check_out
 from .common import add_command, add_set_option
 from .helptext import WIDTH
@@ -70,6 +71,7 @@ def add_parser(sub) -> None:
     compare.add_argument("--out", required=True, metavar="DIR", help="output directory")
 
 
+@progress.reported("compare")
 def cmd_compare(args: argparse.Namespace) -> int:
     """The comparison's tables and summary, with one figure per table, into ``--out``;
     prints each fit's verdict and exits 1 unless every one passes."""
