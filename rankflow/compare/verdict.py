@@ -103,22 +103,28 @@ def order_verdict(order: float, stderr: float, expected: float, tol: float) -> s
     return "pass" if abs(order - expected) <= tol else "fail"
 
 
-def reading(verdict: str, stderr: float, last: float, expected: float, tol: float) -> str:
+def reading(
+    verdict: str, stderr: float, last: float, last_se: float, expected: float, tol: float
+) -> str:
     """A sentence computed from a fit's verdict, its SE and the last halving's order
-    ``last``: why it is inconclusive, or whether the two smallest learning rates agree
-    with the fit (a failing fit whose last halving is within ``tol`` of ``expected`` is
-    not yet asymptotic at the largest η); empty when there is nothing to add."""
-    near = math.isfinite(last) and abs(last - expected) <= tol
+    ``last`` (± ``last_se``, NaN for deterministic errors): why it is inconclusive, or
+    whether the two smallest learning rates agree with the fit — a failing fit whose
+    last halving is within ``tol`` of ``expected`` is not yet asymptotic at the largest
+    η. A last halving whose SE exceeds ``tol`` is not read. Empty when there is nothing
+    to add."""
     if verdict == "inconclusive":
         if not math.isfinite(stderr):
             return "no standard error (fewer than 3 usable rates): raise compare.halvings"
         return f"SE {stderr:.3f} > tolerance {tol:g}: the fit cannot resolve the order"
+    if not math.isfinite(last) or last_se > tol:
+        return ""
+    near = abs(last - expected) <= tol
     if verdict == "fail" and near:
         return (
             f"not yet asymptotic: the last halving's order {last:.3f} is within {tol:g} of "
             f"{expected:g}, the fit over all η is not"
         )
-    if verdict == "pass" and math.isfinite(last) and not near:
+    if verdict == "pass" and not near:
         return f"the last halving's order {last:.3f} is not within {tol:g} of {expected:g}"
     return ""
 
@@ -129,7 +135,7 @@ def _judged(etas, errors, ses, fit: tuple[float, float], table: str) -> tuple[di
     orders, stderrs = halving_orders(etas, errors, ses)
     order, se = fit
     verdict = order_verdict(order, se, expected, tol)
-    last = float(orders[-1]) if len(orders) else math.nan
+    last, last_se = (float(orders[-1]), float(stderrs[-1])) if len(orders) else (math.nan,) * 2
     err = np.abs(np.asarray(errors, np.float64))
     halvings = {
         "halving": np.arange(len(orders)),
@@ -148,7 +154,7 @@ def _judged(etas, errors, ses, fit: tuple[float, float], table: str) -> tuple[di
         "tolerance": tol,
         "verdict": verdict,
         "last_halving_order": last,
-        "reading": reading(verdict, se, last, expected, tol),
+        "reading": reading(verdict, se, last, last_se, expected, tol),
     }
     return halvings, row
 

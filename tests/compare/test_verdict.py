@@ -7,6 +7,7 @@ tolerance) are fed to the same verdict and shown to fail it."""
 
 import contextlib
 import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,15 @@ import pytest
 
 import rankflow.compare
 from rankflow import cli, plots, theory
-from rankflow.compare import COLUMNS, ORDER_TOL, WEAK_TOL, judge
+from rankflow.compare import COLUMNS, ORDER_TOL, WEAK_TOL, judge, summary
+from rankflow.compare.run import flow_config
 from rankflow.compare.summary import verdict_lines
-from rankflow.compare.verdict import halving_orders, order_verdict
+from rankflow.compare.verdict import halving_orders, order_verdict, reading
+from rankflow.core import config as config_lib
 from rankflow.reproduce import discrete, noise_sme, optimizers
 
-GOLDEN = Path(__file__).resolve().parents[1] / "claims" / "golden"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "claims" / "golden"
 
 # The smallest GD comparison with first order in η (measured 1.017 ± 0.004 at η = 0.1,
 # halvings 1.031, 1.014, 1.007): sensing 5×4, r = 3, ηt = 2. At η = 0.6 the first halving
@@ -234,3 +238,43 @@ def test_help_states_the_verdicts_and_the_exit_status(capsys):
     assert "exit status: 0 when every verdict passes (or there is none), 1 when one fails" in text
     assert f"tolerance {ORDER_TOL:g}" in text and f"tolerance {WEAK_TOL:g}" in text
     assert "inconclusive when its standard error is NaN" in text
+
+
+def test_the_reading_of_each_case():
+    """Inconclusive says why; a fail with the last halving near p is not yet asymptotic
+    (the wrong reading, for a last halving as far off as the fit, says nothing); a pass
+    whose last halving is off says so; a last halving with an SE above tol is not read."""
+    assert "fewer than 3 usable rates" in reading("inconclusive", math.nan, 1.0, math.nan, 1, 0.15)
+    assert reading("inconclusive", 0.3, 1.0, math.nan, 1, 0.15).startswith("SE 0.300 > tolerance")
+    assert reading("fail", 0.05, 1.05, math.nan, 1, 0.15).startswith("not yet asymptotic")
+    assert reading("fail", 0.05, 1.30, math.nan, 1, 0.15) == ""
+    assert reading("fail", 0.05, 1.05, 0.5, 1, 0.15) == ""  # a weak halving drowned in noise
+    assert reading("pass", 0.05, 0.80, math.nan, 1, 0.15) == (
+        "the last halving's order 0.800 is not within 0.15 of 1"
+    )
+    assert reading("pass", 0.05, 1.0, math.nan, 1, 0.15) == ""
+
+
+def test_the_summary_of_a_weak_table_gives_each_observables_halvings_and_verdict():
+    """summary.md of the SME pair (golden tables of sims/noise/compare_sme.toml): the
+    halving order ± SE beside each weak error, and one verdict line per observable."""
+    names = ("trajectory", "moments", "weak")
+    tables = {n: pd.read_parquet(GOLDEN / f"noise__compare_sme__{n}.parquet") for n in names}
+    raw = config_lib.load_config(ROOT / "sims" / "noise" / "compare_sme.toml")
+    raw.pop("compare")
+    cfg = config_lib.resolve(raw, {"x64": True})
+    meta = {"optimizer": cfg, "flow": flow_config(cfg, set()), "compare": {"halvings": 3}}
+    text = summary(tables, meta, figures=False)
+    assert "3 fitted orders in η: 2 pass, 1 inconclusive." in text
+    assert (
+        "| balance_trace | 0.005 | 200 | 256 | 0.00168 ± 5.989e-05 | +28.1 | 1.026 ± 0.087 |"
+        in text
+    )
+    verdicts = [line for line in text.splitlines() if "(T10: 1 ± 0.2); per halving" in line]
+    assert [line.split(":")[0] for line in verdicts] == [
+        "- loss",
+        "- balance_trace",
+        "- balance_gap",
+    ]
+    assert verdicts[1].endswith("1.206 ± 0.173, 0.981 ± 0.126, 1.026 ± 0.087: pass")
+    assert "- `verdict.parquet`, `verdict.csv`: judged from the orders" in text
