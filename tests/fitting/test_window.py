@@ -30,11 +30,11 @@ def test_none_the_law_to_the_end_of_run():
 
 
 def test_floor_ends_the_window_at_the_known_break():
-    """A noisy law reaching a noise floor at k = 1000: the window ends within two saves
-    of it, named floor, and the fit over it passes (over the whole run it fails)."""
+    """A noisy law reaching a noise floor at k = 1000: the window ends at most five saves
+    before it and never after, named floor, and the fit over it passes (over the whole run it fails)."""
     y = _noisy(np.maximum(LAW, LAW[100]), 0.02)
     w = find_window(K, y, P.low, P.high)
-    assert w.end == "floor" and abs(K[w.stop - 1] - 1000) <= 20, w
+    assert w.end == "floor" and 1000 - 50 <= K[w.stop - 1] <= 1000, w  # never past it
     assert fit_series(K, y, P)["verdict"] == "pass"
     assert fit_series(K, y, P, t_max=K[-1])["verdict"] == "fail"  # the floor fitted too
 
@@ -43,9 +43,9 @@ def test_slower_phase_named_with_its_own_rate():
     """Rate 2ηλ·(1 − ηλ)-law to k = 800, then 0.2 of it: 'slower phase', its rate fitted."""
     logy = np.where(K <= 800, np.log(LAW), np.log(LAW[80]) - 0.2 * P.low * (K - 800))
     row = fit_series(K, np.exp(logy), P)
-    assert row["end"] == "slower phase" and abs(row["t_max"] - 800) <= 20, row
+    assert row["end"] == "slower phase" and 800 - 50 <= row["t_max"] <= 800, row
     assert row["verdict"] == "pass"
-    assert row["slow_rate"] == pytest.approx(0.2 * P.low, rel=1e-6)
+    assert row["slow_rate"] == pytest.approx(0.2 * P.low, rel=0.01)  # from half a local fit early
 
 
 def test_rounding_named_and_the_mutant_without_it_is_not():
