@@ -27,7 +27,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from rankflow import fitting, theory
-from rankflow.reproduce.discrete import ORDER_TOL, T5_TOL
+from rankflow.compare import ORDER_TOL
+from rankflow.reproduce.discrete import T5_TOL
 
 NOTEBOOK = ROOT / "examples" / "own_sweep.ipynb"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,6 +40,7 @@ print("numbers:", json.dumps({
     "fits": fits.drop(columns="bracket").to_dict("list"),
     "sweep": sweep.to_dict("list"),
     "order": tables["order"].to_dict("list"),
+    "verdict": judged["verdict"].to_dict("list"),
 }))
 """
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -128,10 +130,11 @@ def test_the_committed_notebook_is_valid_and_has_no_outputs():
 # --- the checks ----------------------------------------------------------------------------
 
 
-def order_errors(order: dict, tol: float = ORDER_TOL) -> list[str]:
+def order_errors(order: dict, verdict: dict, tol: float = ORDER_TOL) -> list[str]:
     """T8: at each point, the distances at η/2^j (fixed horizon ηt) fit order 1 to
-    ``tol``, and the table's fitted order is that of its distances."""
-    errors = []
+    ``tol`` (fitted here), the table's fitted order is that of its distances, and
+    ``judge``'s verdict passes."""
+    errors = [f"point {i}: {v}" for i, v in enumerate(verdict["verdict"]) if v != "pass"]
     eta, dist = np.asarray(order["dynamics.eta"]), np.asarray(order["distance"])
     points = np.asarray(order["point"])
     for point in np.unique(points):
@@ -180,7 +183,7 @@ def test_the_notebook_runs_and_its_comparison_agrees_with_the_theory(executed):
     assert len(fits["verdict"]) == 4
     assert fit_errors(fits) == []
     assert len(sweep["point"]) == 2 and len(order["point"]) == 8
-    assert order_errors(order) == []
+    assert order_errors(order, numbers["verdict"]) == []
     assert t5_errors(sweep) == []
     # Wrong versions fail: the rate over ηλ (a missing factor 2), a verdict that failed,
     # no slower phase named;
@@ -190,9 +193,10 @@ def test_the_notebook_runs_and_its_comparison_agrees_with_the_theory(executed):
     # a zeroth-order scheme (the same distance at every η), a second-order one, and GD's
     # leading factor (1 − ηλ)² taken for T5's exact step.
     zeroth = dict(order, distance=[1e-2] * len(order["distance"]))
-    assert order_errors(zeroth) != []
+    assert order_errors(zeroth, numbers["verdict"]) != []
     second = dict(order, distance=list(np.asarray(order["distance"]) * order["dynamics.eta"]))
-    assert any("not 1" in e for e in order_errors(second))
+    assert any("not 1" in e for e in order_errors(second, numbers["verdict"]))
+    assert order_errors(order, dict(verdict=["pass", "inconclusive"])) == ["point 1: inconclusive"]
     leading = np.abs(np.asarray(sweep["ratio_max"]) - np.asarray(sweep["gd_contraction"]))
     assert t5_errors(dict(sweep, t5_deviation_max=list(leading))) != []
 
