@@ -46,6 +46,7 @@ from ..config.fields import (
 from ..config.points import Points, shared_base, validated
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .vocabulary import (
+    BATCH_PAD_RATIO,
     CONTINUOUS_DYNAMICS,
     DISCRETE_DYNAMICS,
     DYNAMICS_KINDS,
@@ -61,6 +62,8 @@ from .vocabulary import (
     STOCHASTIC_DYNAMICS,
     adaptive_by_default_methods,
     adaptive_methods,
+    batch_pads,
+    batch_traced,
     ito_methods,
     last_save_time,
     multiplicative_noise,
@@ -78,6 +81,7 @@ __all__ = [
     "ConfigError",
     "DEFAULTS",
     "NUMERIC_KEYS",
+    "PROGRAM_KEYS",
     "UNHASHABLE_CODE",
     "callable_identity",
     "defaults_of",
@@ -149,7 +153,24 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "mu": Field(
             NUM, 0.1, "momentum rate μ (EMA weight of the new gradient)", gt(0), traced=True
         ),
-        "batch": Field(INT, 32, "minibatch size (sgd; noise = minibatch)", ge(1)),
+        "batch": Field(
+            INT,
+            32,
+            "minibatch size b (sgd; noise = minibatch). sgd: a sweep over it shares one "
+            "program (the batches drawn at dynamics.batch_pad); the minibatch SME "
+            "(noise = minibatch): one program per value",
+            ge(1),
+        ),
+        "batch_pad": Field(
+            INT,
+            None,
+            "sgd: minibatches are drawn at this size and their first dynamics.batch points "
+            "used, so batch sizes up to it share one program (default: the sweep's batch "
+            f"sizes grouped, largest ≤ {BATCH_PAD_RATIO}× smallest, each drawn at its "
+            "group's largest; dynamics.batch itself when not swept)",
+            ge(1),
+            optional=True,
+        ),
         "noise": Field(
             STR,
             None,
@@ -203,6 +224,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
 # Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
 # once. Every other key is structural (one program per value).
 NUMERIC_KEYS = schema_lib.traced_keys(SCHEMA)
+# What a program takes per run: the numeric keys and the minibatch size, which sgd's
+# program traces although the key is structural for the sweep (a swept batch is a table
+# column of its own, and the minibatch SME compiles one program per value):
+# :func:`structure_key` leaves it out where :func:`~.vocabulary.batch_traced`.
+PROGRAM_KEYS = NUMERIC_KEYS + ("dynamics.batch",)
 DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
 ALL_KEYS = keys_of(SCHEMA)
 
@@ -309,6 +335,23 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"dynamics.batch: must be ≤ problem.samples = {p['samples']}, got {d['batch']}"
             )
+    _validate_batch_pad(d, p)
+
+
+def _validate_batch_pad(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
+    pad = d["batch_pad"]
+    if pad is None:
+        return
+    if d["kind"] != "sgd":
+        raise ConfigError(
+            f"dynamics.batch_pad: only for dynamics.kind = 'sgd' (the size its minibatches "
+            f"are drawn at), not {d['kind']!r}; drop it"
+        )
+    if not d["batch"] <= pad <= p["samples"]:
+        raise ConfigError(
+            f"dynamics.batch_pad: must be in [dynamics.batch, problem.samples] = "
+            f"[{d['batch']}, {p['samples']}], got {pad}"
+        )
 
 
 def _validate_noise(d: Mapping[str, Any]) -> None:
@@ -403,10 +446,12 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
 # --- derivation ----------------------------------------------------------------------------
 
 
-def derive(cfg: dict[str, Any]) -> dict[str, Any]:
+def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[str, Any]:
     """Fill a validated point's derived values in place: a diagonal problem's singular
     values and its m = n, the solver's method and ``adaptive``, ``save.t1`` from
-    ``save.ts``, a depth-2 ``model.r`` list as its one width. Returns the point."""
+    ``save.ts``, a depth-2 ``model.r`` list as its one width, sgd's ``batch_pad`` (of
+    its batch in ``pads``, the sweep's :func:`~.vocabulary.batch_pads`, at most
+    ``problem.samples``; the batch itself if absent). Returns the point."""
     p, d, s, sv = cfg["problem"], cfg["dynamics"], cfg["solver"], cfg["save"]
     if p["kind"] == "diagonal":
         p["singular_values"] = singular_values(p)
@@ -414,6 +459,8 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
     d["noise"] = noise_model(d)
+    if d["kind"] == "sgd" and d["batch_pad"] is None:
+        d["batch_pad"] = min((pads or {}).get(d["batch"], d["batch"]), p["samples"])
     model = cfg["model"]
     if model["depth"] == 2 and isinstance(model["r"], list):
         model["r"] = model["r"][0]  # the pair's one inner width
@@ -482,12 +529,18 @@ def expand(cfg: Mapping[str, Any]) -> Points:
     """The product of the sweep lists: one validated point per combination, its derived
     values filled, in row-major order of the ``[sweep]`` table (the first key varies
     slowest). A sequence made on demand (:class:`rankflow.config.points.Points`)."""
-    return Points(cfg, SCHEMA, validated(validate, derive), NUMERIC_KEYS)
+    swept = (cfg.get("sweep") or {}).get("dynamics.batch") or ()
+    pads = batch_pads(b for b in swept if type(b) is int and b >= 1)
+    finish = validated(validate, lambda point: derive(point, pads))
+    return Points(cfg, SCHEMA, finish, NUMERIC_KEYS)
 
 
 def structure_key(point: Mapping[str, Any]) -> str:
-    """Everything of a point that shapes the compiled program (numeric keys removed)."""
-    return schema_lib.structure_key(point, SCHEMA, NUMERIC_KEYS)
+    """Everything of a point that shapes the compiled program (numeric keys removed, and
+    ``dynamics.batch`` where the program traces it: :func:`~.vocabulary.batch_traced`;
+    sgd's ``dynamics.batch_pad`` stays)."""
+    traced = PROGRAM_KEYS if batch_traced(point["dynamics"]) else NUMERIC_KEYS
+    return schema_lib.structure_key(point, SCHEMA, traced)
 
 
 def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +23,44 @@ from ..config.callables import load_callable
 from ..config.fields import ConfigError
 from ..numerics import linalg
 
-__all__ = ["Problem", "check_custom_loss", "init_factors", "make_problem"]
+__all__ = [
+    "Minibatch",
+    "Problem",
+    "check_custom_loss",
+    "draw_minibatch",
+    "init_factors",
+    "make_problem",
+]
 
 Data = dict[str, Array]
+
+
+class Minibatch(NamedTuple):
+    """A minibatch of traced size: the data points ``idx`` (pad,) of which the first
+    ``size`` (b ≤ pad, an integer scalar, traced) are the minibatch. A loss on it
+    (:meth:`Problem.batch_loss`) sums its first ``size`` points and divides by ``size``,
+    so programs of one ``pad`` serve every b ≤ pad."""
+
+    idx: Int[Array, " pad"]
+    size: Int[Array, ""]
+
+
+def draw_minibatch(key: PRNGKeyArray, samples: int, size, pad: int) -> Minibatch:
+    """``pad`` of the ``samples`` points drawn without replacement, uniformly, of which the
+    first ``size`` are used: ``jax.random.choice(key, samples, (pad,), replace=False)``,
+    a permutation's first ``pad`` entries, so that its first b are the batch-b draw of the
+    same key (the same points as an unpadded ``choice(key, samples, (b,))``, T10)."""
+    idx = jax.random.choice(key, samples, (pad,), replace=False)
+    return Minibatch(idx, jnp.asarray(size))
+
+
+def _batch_mean(terms: Array, idx) -> Array:
+    """The mean of per-point ``terms`` over a minibatch: all of them for data points given
+    as an array (or all data), the first ``idx.size`` of a :class:`Minibatch`."""
+    if not isinstance(idx, Minibatch):
+        return jnp.mean(terms)
+    used = jnp.arange(terms.shape[0]) < idx.size
+    return jnp.sum(jnp.where(used, terms, 0)) / idx.size.astype(terms.dtype)
 
 
 def _normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype) -> Array:
@@ -130,22 +165,31 @@ class Problem:
         raise ValueError(f"problem.kind: {self.kind!r} has no data points")
 
     def batch_loss(
-        self, W: Float[Array, "m n"], data: Data, idx: Int[Array, " batch"] | None
+        self,
+        W: Float[Array, "m n"],
+        data: Data,
+        idx: Int[Array, " batch"] | Minibatch | None,
     ) -> Float[Array, ""]:
-        """The loss on the data points ``idx`` (all of them when ``None``), normalised
-        like :meth:`loss`, so that its mean over uniform minibatches is ``L(W)``."""
+        """The loss on the data points ``idx`` (all of them when ``None``; the first
+        ``idx.size`` of a :class:`Minibatch`), normalised like :meth:`loss`, so that its
+        mean over uniform minibatches is ``L(W)``."""
         if not self.has_samples:
             return self.loss(W, data)
-        take = (lambda x, axis=0: x) if idx is None else (lambda x, axis=0: jnp.take(x, idx, axis))
+        points = idx.idx if isinstance(idx, Minibatch) else idx
+        take = (
+            (lambda x, axis=0: x)
+            if points is None
+            else (lambda x, axis=0: jnp.take(x, points, axis))
+        )
         if self.kind == "sensing":
             r = jnp.einsum("kij,ij->k", take(data["X"]), W) - take(data["y"])
-            return 0.5 * jnp.mean(r**2)
+            return 0.5 * _batch_mean(r**2, idx)
         if self.kind == "completion":
             r = W[take(data["rows"]), take(data["cols"])] - take(data["y"])
-            return 0.5 * self.m * self.n * jnp.mean(r**2)
+            return 0.5 * self.m * self.n * _batch_mean(r**2, idx)
         # regression
         R = W @ take(data["X"], 1) - take(data["Y"], 1)
-        return 0.5 * jnp.mean(jnp.sum(R**2, axis=0))
+        return 0.5 * _batch_mean(jnp.sum(R**2, axis=0), idx)
 
 
 def _default_singular_values(rank: int) -> tuple[float, ...]:

@@ -41,7 +41,7 @@ from .factors import product as product_of
 from .fields import drift_field, factor_grads, factors_of, initial_state, noise_term
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
-from .problems import Problem, init_factors, make_problem
+from .problems import Problem, draw_minibatch, init_factors, make_problem
 
 __all__ = [
     "PARAM_KEYS",
@@ -56,8 +56,9 @@ __all__ = [
     "states_table",
 ]
 
-# Keys of the per-run parameter batch: the numeric config keys and the path index.
-PARAM_KEYS = config_lib.NUMERIC_KEYS + ("path",)
+# Keys of the per-run parameter batch: the numeric config keys, the minibatch size (sgd
+# traces it: config.PROGRAM_KEYS) and the path index.
+PARAM_KEYS = config_lib.PROGRAM_KEYS + ("path",)
 # The dynamics' traced values by their names in the section (lam, eta, sigma, mu): the
 # ``hyper`` dict the vector fields and optimizers read.
 HYPER = traced_in(config_lib.SCHEMA, "dynamics")
@@ -150,7 +151,7 @@ class Program:
         return batching.run(self._single, batch, self.key, strategy="map")
 
     def _param_dtype(self, k: str):
-        return jnp.int32 if k in ("seed", "problem.seed", "path") else self.dtype
+        return jnp.int32 if k in ("seed", "problem.seed", "path", "dynamics.batch") else self.dtype
 
     def data(self, params: Mapping[str, Any]) -> dict[str, jax.Array]:
         """The problem data of one run (``params``: one run's values, as from
@@ -176,6 +177,8 @@ class Program:
         data = self._make_data(p)
         theta0 = self._init(init_key, data, p)
         hyper = {k: p[f"dynamics.{k}"] for k in HYPER}
+        if self.kind == "sgd":
+            hyper["batch"] = p["dynamics.batch"]  # traced: b of batch_pad (config.py)
         return data, theta0, hyper, noise_key
 
     def _init(self, key, data, p):
@@ -313,12 +316,13 @@ class Program:
         elif self.kind == "sgd":
             batch_grads = factor_grads(self.problem, minibatch=True)
             batch_key = jax.random.fold_in(noise_key, 1)
-            batch = self.point["dynamics"]["batch"]
+            pad = self.point["dynamics"]["batch_pad"]
 
             def grads(theta, k):
-                # A fresh minibatch, without replacement, at every step k.
+                # A fresh minibatch, without replacement, at every step k: the first
+                # hyper["batch"] of batch_pad points drawn (one program for every b).
                 key = jax.random.fold_in(batch_key, k)
-                idx = jax.random.choice(key, self.problem.samples, (batch,), replace=False)
+                idx = draw_minibatch(key, self.problem.samples, hyper["batch"], pad)
                 return batch_grads(theta, data, idx)
         else:
             full_grads = factor_grads(self.problem)
@@ -340,7 +344,7 @@ def params_of(point: Mapping[str, Any], path: int) -> dict[str, Any]:
     """One run's traced values (keys ``PARAM_KEYS``): the point's numeric keys, with
     ``problem.seed`` defaulting to ``seed``, and the path index."""
     flat = config_lib.flatten(point)
-    out = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
+    out = {k: flat[k] for k in config_lib.PROGRAM_KEYS}
     if out["problem.seed"] is None:
         out["problem.seed"] = out["seed"]
     out["path"] = path
@@ -431,7 +435,7 @@ def batch_of(
     core's ``derive`` writes no traced key); other sequences, point by point."""
     column = getattr(points, "column", None)
     if column is not None:
-        out = {k: column(k, ids, first) for k in config_lib.NUMERIC_KEYS}
+        out = {k: column(k, ids, first) for k in config_lib.PROGRAM_KEYS}
         if out["problem.seed"].dtype == object:  # unset: the top-level seed
             out["problem.seed"] = out["seed"]
         out["path"] = np.asarray(paths, np.int64)
@@ -464,6 +468,9 @@ def _table(program: Program, point, ids, paths, params, out, swept) -> pd.DataFr
     depth = ("model.depth",) if program.depth != 2 else ()
     flat = config_lib.flatten(point)
     for k in dict.fromkeys(STRUCT_COLUMNS + depth + tuple(swept)):
+        if k in params:  # a swept dynamics.batch: each run's own (one program for all)
+            cols[k] = np.repeat(params[k][:n], T)
+            continue
         v = flat[k]
         if isinstance(v, list):  # widths (depth L), singular values, save times: text
             v = str(v)

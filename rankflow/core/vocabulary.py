@@ -71,6 +71,11 @@ FLOW_OF = {
 METHODS = tuple(solve_lib.SOLVERS)
 
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
+# A sweep's minibatch sizes share one sgd program while its largest is at most this many
+# times its smallest (:func:`batch_pads`): every run draws the group's largest batch and
+# uses its own first b points, so a run of the smallest size costs up to this factor more
+# per step than unpadded, in exchange for one compilation instead of one per size.
+BATCH_PAD_RATIO = 8
 # Steps of discrete dynamics are counted in int32 by the compiled loop.
 MAX_STEPS = 2**31 - 1
 
@@ -95,6 +100,29 @@ def noise_model(dynamics: Mapping[str, Any]) -> str | None:
     if dynamics["kind"] not in NOISE_MODELS_OF:
         return None
     return dynamics["noise"] or NOISE_MODELS_OF[dynamics["kind"]][0]
+
+
+def batch_traced(dynamics: Mapping[str, Any]) -> bool:
+    """Whether ``dynamics.batch`` is a traced input of the program: for every dynamics but
+    the minibatch SME (an SDE with ``noise = "minibatch"``), whose noise scale
+    ``s = √((N − b)/((N − 1) b N))`` (T10) is a constant of its program. sgd reads it as
+    the number of the drawn points it uses (:func:`batch_pads`); other dynamics ignore it."""
+    return not (dynamics["kind"] in SDE_DYNAMICS and noise_model(dynamics) == "minibatch")
+
+
+def batch_pads(batches, ratio: float = BATCH_PAD_RATIO) -> dict[int, int]:
+    """The size each of a sweep's minibatch sizes ``batches`` is drawn at: the sizes, in
+    increasing order, grouped so that a group's largest is at most ``ratio`` times its
+    smallest (each group opens at the smallest size not yet grouped); each size is drawn
+    at its group's largest. ``{4, 8, 16, 32}`` → all at 32 (one program);
+    ``{1, 4, 16, 64}`` → 1, 4 at 4 and 16, 64 at 64 (two)."""
+    out: dict[int, int] = {}
+    sizes = sorted(set(int(b) for b in batches))
+    while sizes:
+        group = [b for b in sizes if b <= ratio * sizes[0]]
+        out |= {b: group[-1] for b in group}
+        sizes = sizes[len(group) :]
+    return out
 
 
 def multiplicative_noise(dynamics: Mapping[str, Any]) -> bool:

@@ -42,7 +42,10 @@ Where each item of docs/theory.md lives:
 - T10, minibatch noise: the SME's drift ``−2ηλD + (η²/(bN)) Σ_k (Bᵀδ_kᵀδ_kB −
   Aᵀδ_kδ_kᵀA)``: :func:`minibatch_noise_balance_drift`; the mean one-step minibatch SGD
   update: :func:`minibatch_step_mean`; sampling without replacement's
-  ``(N − b)/(N − 1)``: :func:`without_replacement_factor`.
+  ``(N − b)/(N − 1)``: :func:`without_replacement_factor`; the stationary mean balance
+  of minibatch SGD (T10 floor), ``E[D] = η(BᵀḠᵀḠB − AᵀḠḠᵀA + s²M)/(λ(2 − ηλ))``
+  (≈ ``η s² M/(2λ)``, ``M = Σ_k (Bᵀδ_kᵀδ_kB − Aᵀδ_kδ_kᵀA)``, ``s² = (N − b)/((N − 1)bN)``
+  without replacement): :func:`minibatch_balance_floor`.
 - T12, depth L (``W = W_L ⋯ W_1``, ``W_j`` of shape ``d_j × d_{j−1}``; depth 2 is
   ``(W_1, W_2) = (Bᵀ, A)``: :func:`pair_to_factors`, :func:`product`): the pairwise
   balances ``D_j = W_{j+1}ᵀW_{j+1} − W_jW_jᵀ``: :func:`depth_balances`; GF's
@@ -96,6 +99,7 @@ from ._fit import fit_rate as fit_rate
 from ._noise import gradient_noise_balance as gradient_noise_balance
 from ._noise import gradient_noise_balance_drift as gradient_noise_balance_drift
 from ._noise import gradient_noise_step_mean as gradient_noise_step_mean
+from ._noise import minibatch_balance_floor as minibatch_balance_floor
 from ._noise import minibatch_noise_balance_drift as minibatch_noise_balance_drift
 from ._noise import minibatch_step_mean as minibatch_step_mean
 from ._noise import without_replacement_factor as without_replacement_factor
@@ -158,6 +162,7 @@ __all__ = [
     "gradient_noise_step_mean",
     "l2_penalty",
     "lipschitz_constant",
+    "minibatch_balance_floor",
     "minibatch_noise_balance_drift",
     "minibatch_step_mean",
     "momentum_balance_rates",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
-from ._balance import gd_balance_step
+from ._balance import gd_balance_step, gd_contraction
 from ._common import Scalar, balance, float_dtype, outer_scale
 
 # --- T9: isotropic gradient-space noise ---------------------------------------------------
@@ -230,3 +230,50 @@ def minibatch_step_mean(
     eta_ = jnp.asarray(eta, dtype)
     noise = eta_**2 * _minibatch_noise_term(A, B, deltas, batch, replace, dtype)
     return gd_balance_step(A, B, gbar, eta, lam) + noise
+
+
+def minibatch_balance_floor(
+    A: Float[Array, "m r"],
+    B: Float[Array, "n r"],
+    gbar: Float[Array, "m n"],
+    deltas: Float[Array, "N m n"],
+    eta: Scalar,
+    lam: Scalar,
+    batch: int | Scalar,
+    replace: bool = True,
+) -> Float[Array, "r r"]:
+    """T10 floor: the stationary mean balance ``E[D]`` of minibatch SGD with decay λ > 0,
+    evaluated at the state ``(A, B)``:
+    ``D* = η (BᵀḠᵀḠB − AᵀḠḠᵀA + s² M) / (λ(2 − ηλ))``, ``M = Σ_k (Bᵀδ_kᵀδ_kB −
+    Aᵀδ_kδ_kᵀA)``, ``s² = 1/(bN)`` (with replacement) or ``(N − b)/((N − 1) b N)``
+    (``replace=False``, rankflow's ``sgd``).
+
+    The fixed point of :func:`minibatch_step_mean`'s map ``D ↦ (1−ηλ)²D + η²(Q + s²M)``
+    with its state terms ``Q``, ``M`` held: in a stationary state ``E[D_{k+1}] =
+    E[D_k]``, so ``(1 − (1−ηλ)²) E[D] = η² E[Q + s²M]`` exactly, and the time average of
+    this function over a stationary run is the time average of D (up to
+    ``(D_T − D_0)/T`` and the martingale part's mean). It predicts the *mean* matrix,
+    not ``E‖D‖_F`` (≥ ‖E D‖_F: D fluctuates about it). At a stationary point of the
+    full-batch loss ``ḠB = −λA`` and ``ḠᵀA = −λB``, so ``Q = λ²D`` and
+    ``D* = η s² M / (2λ(1 − ηλ))``; to leading order in η, ``η s² M/(2λ)``
+    (docs/theory.md, T10 floor). Arguments as :func:`minibatch_step_mean`'s; the
+    result r×r.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from rankflow.theory import minibatch_balance_floor, minibatch_step_mean
+      >>> A, B = jnp.array([[1.0, 0.5], [0.0, 1.0]]), jnp.array([[0.3, -0.2], [0.1, 0.4]])
+      >>> g = jnp.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 2.0], [0.0, 1.0]],
+      ...                [[-0.5, 0.0], [1.0, 0.0]]])  # per-sample gradients g_k, N = 3
+      >>> gbar, deltas = g.mean(0), g - g.mean(0, keepdims=True)
+      >>> floor = minibatch_balance_floor(A, B, gbar, deltas, 0.1, 0.5, 2, replace=False)
+      >>> # D* is the fixed point of the one-step mean with the state's η² terms held:
+      >>> step = minibatch_step_mean(A, B, gbar, deltas, 0.1, 0.5, 2, replace=False)
+      >>> held = step - (1 - 0.05) ** 2 * (A.T @ A - B.T @ B)  # η²(Q + s²M)
+      >>> bool(jnp.allclose((1 - 0.05) ** 2 * floor + held, floor, atol=1e-6))
+      True
+    """
+    dtype = float_dtype(A)
+    contraction = gd_contraction(jnp.asarray(eta, dtype), jnp.asarray(lam, dtype))
+    step = minibatch_step_mean(A, B, gbar, deltas, eta, lam, batch, replace)
+    return (step - contraction * balance(A, B)) / (1.0 - contraction)
