@@ -24,10 +24,14 @@ noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer
 ``_series`` (checkpoints across training: the decay of each
 head's gap against the step, against T5/T4's prediction), ``_lr`` (a series' learning
 rate and the exponents it predicts), ``_hub`` (Hugging Face repo
-ids → the local cache), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
+ids → the local cache), ``_archive`` (file kinds by magic bytes; a zipped model folder read
+through a temporary folder), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
 """
 
 from . import _series
+from ._archive import archive_error as archive_error
+from ._archive import file_kind as file_kind
+from ._archive import unpacked as unpacked
 from ._checkpoint import Checkpoint as Checkpoint
 from ._checkpoint import InspectError as InspectError
 from ._checkpoint import open_checkpoint as open_checkpoint
@@ -167,3 +171,5 @@ __all__ += _series.__all__  # the series API, re-exported above
 # the Gram-correlation test (._correlation) and the null pairings it shares with the gap test
 __all__ += ["CORR_FINDINGS", "CorrTest", "corr_finding", "corr_interval", "corr_test", "holm"]
 __all__ += ["null_statistics", "pairwise_corr_offdiag"]
+# file kinds by magic bytes, zipped model folders (._archive)
+__all__ += ["archive_error", "file_kind", "unpacked"]

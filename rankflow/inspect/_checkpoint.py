@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._archive import ARCHIVES, archive_error, file_kind
 from ._errors import InspectError
 from ._torchbin import TORCH_SUFFIXES, read_torch_header, read_torch_tensors
 
@@ -236,6 +237,9 @@ def _read_header(file: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]
                 shapes[name] = tuple(int(d) for d in s.get_shape())
                 dtypes[name] = str(s.get_dtype())
     except SafetensorError as e:
+        kind = file_kind(file)
+        if kind in ARCHIVES:  # e.g. a zip renamed .safetensors
+            raise archive_error(file, kind, "a safetensors file") from e
         raise InspectError(
             f"{file}: not a readable safetensors file ({e}); truncated or corrupt?"
         ) from e
@@ -293,6 +297,11 @@ def _resolve(path: Path) -> tuple[Path | None, Path | None, Path | None]:
         return None, path, config
     if path.suffix == ".safetensors" or path.suffix in TORCH_SUFFIXES:
         return path, None, config
+    kind = file_kind(path)
+    if kind == "safetensors":  # by its header, whatever its name
+        return path, None, config
+    if kind in ARCHIVES:
+        raise archive_error(path, kind)
     raise InspectError(
         f"{path}: not a checkpoint (expected a .safetensors or PyTorch .bin/.pt file, a "
         f"*{INDEX_SUFFIX} or *.bin.index.json index, or a folder holding one)"

@@ -10,8 +10,9 @@ correlation is the opposite of ``AᵀA = BᵀB``'s off-diagonal agreement).
 Statistic: per unit, ``r_u`` = Pearson r of the off-diagonal entries (i < j) of
 ``A_uᵀA_u`` and ``B_uᵀB_u`` (the heads table's ``gram_corr_offdiag``; the diagonal is
 left out because its entries are all positive and far larger than the off-diagonal ones,
-so with it any two Grams correlate: MiniLM's null pairings read ≈ +0.9); the statistic
-is the median of ``r_u`` over the L·U units (ties broken by the mean), as for the gap.
+so with it any two Grams correlate: MiniLM's null pairings read a median 0.91–0.92); the
+statistic is the median of ``r_u`` over the L·U units (ties broken by the mean), as for the
+gap.
 
 Null: the pairing the correlation measures is entry (i, j) of unit u's A-Gram with entry
 (i, j) of the *same* unit's B-Gram, i.e. hidden dimension i of A_u with hidden dimension

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..engine.resources import check_fits, host_memory
 from ..engine.writer import check_out, claimed
+from ._archive import unpacked
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import LayerWeights, Layout, canonical, check_shapes, infer_layout
@@ -391,7 +392,9 @@ def inspect_checkpoint(
     Args:
         path: a ``.safetensors`` file, a ``*.safetensors.index.json`` index of shards,
             a folder holding either, or a Hugging Face repo id ``org/name[@revision]``
-            (its snapshot in the local cache; PyTorch ``.bin`` through torch).
+            (its snapshot in the local cache; PyTorch ``.bin`` through torch), or a
+            ``.zip`` of one model folder (its ``config.json`` and safetensors copied to
+            a temporary folder, removed after reading; :func:`~._archive.unpacked`).
             ``config.json`` beside the weights gives the architecture and head layout.
         out: directory for ``heads.parquet``/``heads.csv`` (the table), ``grams.parquet``
             (Gram entries of the scatter heads), ``summary.md``, the figures and
@@ -447,22 +450,19 @@ def inspect_checkpoint(
     t0 = datetime.datetime.now(datetime.UTC)
     if out is not None:
         check_out(out, "inspect")  # before reading: never into a folder not rankflow's
-    ckpt: Checkpoint = open_checkpoint(locate(path))  # a Hub repo id: its cached snapshot
-    layout = infer_layout(ckpt, arch=arch, heads=heads)
-    chosen = parse_layers(layers, layout.n_layers)
-    names = check_shapes(ckpt, layout, chosen)  # every shape, before reading anything
-    check_memory(ckpt, layout, names)
-    picks = _scatter_units(scatter, chosen, layout)
     if not rank_tol > 0:
         raise InspectError(f"rank_tol must be > 0, got {rank_tol}")
-
     show = sys.stderr.isatty() if progress is None else progress
-    rows, grams, gaps = _inspect_layers(ckpt, layout, names, chosen, picks, rank_tol, show)
-    heads_df = pd.DataFrame(rows)
-    stats_cols = list(STATISTICS) + [f"null_{s}" for s in STATISTICS]
-    heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
-    grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
-    meta = _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0)
+    where = locate(path)  # a Hub repo id: its cached snapshot
+    with unpacked(where) as local:  # a zipped model folder: its weights, in a temp folder
+        heads_df, grams_df, layout, meta, gaps = _read(
+            open_checkpoint(local), arch, layers, heads, scatter, rank_tol, show, t0
+        )
+    if local != where:
+        meta |= {"checkpoint": str(where.resolve()), "name": where.name, "archive": True}
+        meta["files"] = [f"{where}:{Path(f).name}" for f in meta["files"]]
+        meta["config"] = meta["config"] and f"{where}:config.json"
+    chosen = meta["layers"]
     graded = balance_findings(gaps, layout, layers=chosen) if findings else pd.DataFrame()
     summary = summarize(heads_df, layout, meta)
     summary += "\n" + findings_text(graded) if len(graded) else ""
@@ -473,6 +473,23 @@ def inspect_checkpoint(
             _write(out, insp, figures)
         insp = dataclasses.replace(insp, out=out)
     return insp
+
+
+def _read(ckpt: Checkpoint, arch, layers, heads, scatter, rank_tol, show, t0):
+    """``(heads, grams, layout, meta, pair_gaps)`` of an open checkpoint: the layout and
+    every shape checked before any tensor is read, then one layer at a time."""
+    layout = infer_layout(ckpt, arch=arch, heads=heads)
+    chosen = parse_layers(layers, layout.n_layers)
+    names = check_shapes(ckpt, layout, chosen)  # every shape, before reading anything
+    check_memory(ckpt, layout, names)
+    picks = _scatter_units(scatter, chosen, layout)
+    rows, grams, gaps = _inspect_layers(ckpt, layout, names, chosen, picks, rank_tol, show)
+    heads_df = pd.DataFrame(rows)
+    stats_cols = list(STATISTICS) + [f"null_{s}" for s in STATISTICS]
+    heads_df = heads_df[list(ID_COLUMNS) + stats_cols]
+    grams_df = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
+    meta = _meta(ckpt, layout, chosen, picks, rank_tol, heads_df, t0)
+    return heads_df, grams_df, layout, meta, gaps
 
 
 # Bytes per entry of each weight dtype as read.

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from ..engine.writer import check_out, claimed
+from ._archive import ARCHIVES, archive_error, file_kind
 from ._checkpoint import InspectError, open_checkpoint
 from ._families import check_shapes, infer_layout
 from ._hub import is_repo_id, locate, split_revision
@@ -131,6 +132,14 @@ def series_sources(path: str | Path) -> tuple[list[str], list[int]]:
         return [f for _, f in found], [s for s, _ in found]
     if not p.is_file():
         raise InspectError(f"{p}: no such file or directory")
+    kind = file_kind(p)  # the parser below reads text only
+    if kind in ARCHIVES:
+        raise archive_error(p, kind, "a list file of `STEP PATH` lines")
+    if kind != "text":
+        raise InspectError(
+            f"{p}: a {kind} file, not a list file of `STEP PATH` lines (a checkpoint is a "
+            ".safetensors file, an index or a folder)"
+        )
     paths, steps = [], []
     for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -421,13 +430,20 @@ def inspect_series(
 
 
 def _is_source(path: str | Path) -> bool:
-    """Whether ``path`` is a folder of revisions or a list file (not a checkpoint)."""
+    """Whether ``path`` is a folder of revisions or a list file (not a checkpoint): a
+    list file is text by its first bytes (:func:`~._archive.file_kind`), so that an
+    archive or a binary file goes to the checkpoint reader, which reads or refuses it."""
     p = Path(path)
     if not p.exists():
         return False
     if p.is_dir():
         return not any(next(p.glob(g), None) for g in _WEIGHT_GLOBS)
-    return not p.name.endswith((".safetensors", ".bin", ".pt", ".pth", ".json"))
+    if p.name.endswith((".safetensors", ".bin", ".pt", ".pth", ".json")):
+        return False
+    try:
+        return file_kind(p) == "text"
+    except OSError:  # unreadable: the checkpoint reader says so in one line
+        return False
 
 
 def is_series(paths: Sequence[str | Path], steps=None, revisions=None) -> bool:
