@@ -200,7 +200,7 @@ def setting_title(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
             parts.append(f"{SYMBOLS.get(col, col)}={fmt_value(vals[0])}")
     runs = run_columns(df)
     if runs:
-        parts.append(f"{len(df[runs].drop_duplicates())} runs")
+        parts.append(f"{(n := len(df[runs].drop_duplicates()))} run{'s' * (n != 1)}")
         if "status" in df.columns:
             stopped = df.loc[df["status"] != "ok", runs].drop_duplicates()
             if len(stopped):  # medians after their stop run over fewer runs

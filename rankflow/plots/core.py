@@ -302,6 +302,15 @@ def _at_start(rid: pd.Series, t: pd.Series, t0: pd.Series, values: pd.Series) ->
     return rid.map(pd.Series(at.to_numpy(), index=rid[t == t0].to_numpy()).groupby(level=0).first())
 
 
+# Legends under their panels: inside, the curves of some λ pass under every corner.
+LEGEND_BELOW = {
+    "fontsize": "small",
+    "loc": "upper center",
+    "bbox_to_anchor": (0.5, -0.14),
+    "ncol": 2,
+}
+
+
 def _label_norms_panel(ax_a: Axes, lam_handles: list[Line2D]) -> None:
     """Axis text and legend of panel (a): the factors' norms (T1)."""
     tlab = axis_label("t")
@@ -313,7 +322,7 @@ def _label_norms_panel(ax_a: Axes, lam_handles: list[Line2D]) -> None:
             Line2D([], [], color="k", label=axis_label("nuclear_norm")),
             Line2D([], [], color="k", ls="--", label=axis_label("l2_penalty")),
         ],
-        fontsize="small",
+        **LEGEND_BELOW,
     )
 
 
@@ -364,7 +373,7 @@ def _label_balance_panel(
             Line2D([], [], color="k", ls=":", label=r"$\frac{1}{2}(\|A\|_F^2+\|B\|_F^2)-\|W\|_*$"),
             Line2D([], [], color="0.25", ls="--", label=law),
         ],
-        fontsize="small",
+        **LEGEND_BELOW,
     )
 
 
@@ -419,4 +428,4 @@ def _spectrum_panel(ax_c: Axes, df: pd.DataFrame, lams, target_sv) -> None:
                 label=r"$\sigma_i(W)$ measured",
             ),
         )
-    ax_c.legend(handles=ax_c.get_legend_handles_labels()[0] + handles, fontsize="small")
+    ax_c.legend(handles=ax_c.get_legend_handles_labels()[0] + handles, **LEGEND_BELOW)

@@ -57,11 +57,14 @@ def reference_figure(
         ax.set_xlabel("optimizer step")
     axes[0].set_ylabel("effect: true pairs' median gap / null's")
     axes[0].plot([], [], "x", color="0.3", label="exported checkpoint")
-    axes[0].legend(fontsize="small", loc="lower left")
+    # Below the panels: inside, every corner holds a regime's curve.
+    fig.legend(
+        *axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize="small"
+    )
     seeds = t["seed"].nunique()
     title = (
         "Training reference: the permutation test's effect along training "
-        f"(line: median over {seeds} seeds, band: their range)"
+        f"(line: median over {seeds} seed{'s' * (seeds != 1)}, band: their range)"
     )
     return finish_figure(fig, axes, title, out_path)
 

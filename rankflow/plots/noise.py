@@ -97,7 +97,8 @@ def _step_panel(ax, step: pd.DataFrame) -> None:
     ax.set_xticks(ticks, names, rotation=90, fontsize="x-small")
     ax.set(ylabel="(mean of D′ − prediction) / SE, per entry of D′")
     ax.set_title("(c) one SGD step: T10 against wrong batch scalings", fontsize="medium")
-    ax.legend(fontsize="small")
+    # Outside: the markers reach every height of the axes, the band every width.
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def noise_models_figure(
@@ -120,6 +121,7 @@ def noise_models_figure(
     _floor_panel(axes[1], floor, sigma_claim)
     _step_panel(axes[2], step)
     return finish_figure(
-        fig, axes, "The noise of real SGD: parameter noise stops at a floor, gradient and "
-        "minibatch noise keep balancing (matrix sensing 6×6, float64)", out_path,
+        fig, axes, "The noise of real SGD beside the stochastic flow's noise models: the balance "
+        "gap against t, its late RMS against dt, one step against T10 (matrix sensing 6×6, "
+        "float64)", out_path,
     )  # fmt: skip

@@ -51,7 +51,8 @@ def _order_panel(ax, order: pd.DataFrame) -> None:
            ylabel=r"$\|\theta_k-\theta(t{=}k)\|_F$ at the horizon")  # fmt: skip
     ax.set_title(f"(a) momentum optimizers against their flows, ηt = {horizon:g}",
                  fontsize="medium")  # fmt: skip
-    ax.legend(fontsize="small")
+    # Below the axes: the lines cross the narrow panel from corner to corner.
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16))
 
 
 def _eta_panel(ax, steps: pd.DataFrame) -> None:
@@ -80,7 +81,7 @@ def _decay_panel(ax, steps: pd.DataFrame) -> None:
            ylabel=r"$\log\|D_k\|_F/\|D_0\|_F-\log\prod_{j<k}(1-\eta_j\lambda)^2$")  # fmt: skip
     ax.set_title(f"(c) the gap's decay off T11's product (whose log reaches −{exponent:.2f})",
                  fontsize="medium")  # fmt: skip
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left")  # the lines fall to the right
 
 
 def _residual_panel(ax, steps: pd.DataFrame, tol: float) -> None:

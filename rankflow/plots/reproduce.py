@@ -77,10 +77,11 @@ def toy_spectrum_figure(
             f"({tag}) trajectories at λ = {lam:g}: survivors → $s_i-\\lambda$, the rest → 0",
             fontsize="medium",
         )
-        handles = ax.get_legend_handles_labels()[0] + [
-            Line2D([], [], color="k", ls="--", label=r"T3 limit $s_i-\lambda$ (theory)")
-        ]
-        ax.legend(handles=handles, fontsize="small", loc="lower left")
+    # One key for (a) and (b), below them: their trajectories cross every corner.
+    handles = axes[0].get_legend_handles_labels()[0] + [
+        Line2D([], [], color="k", ls="--", label=r"T3 limit $s_i-\lambda$ (theory)")
+    ]
+    fig.legend(handles=handles, fontsize="small", loc="outside lower center", ncol=len(handles))
 
     final = df.sort_values("t").groupby(["run_id", "path"]).tail(1)
     ax = axes[2]
@@ -109,7 +110,7 @@ def toy_spectrum_figure(
         axes,
         f"GD on the 5×5 toy of the paper's Fig. 1: ½‖ABᵀ − diag(s)‖² + (λ/2)(‖A‖²+‖B‖²), "
         f"s = {', '.join(f'{v:g}' for v in np.sort(s))}, η = {eta:g}, "
-        f"{df['seed'].nunique()} seeds, float64",
+        f"{(n := df['seed'].nunique())} seed{'s' * (n != 1)}, float64",
         out_path,
     )
 
@@ -232,7 +233,8 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
         ax.plot(t, positive(0.5 * lam * g["balance_nuclear"]), color=color, ls="--", lw=1.3)
     ax.set_yscale("log")
     floor = np.nanmin(positive(lams[0] * g_eta["frob_minus_nuc"]))
-    ax.set_ylim(bottom=max(floor / 10, 1e-20))
+    top = np.nanmax(positive(bound["bound"]))
+    ax.set_ylim(bottom=max(floor / 10, 1e-20), top=top * 1e5)  # headroom: the legend
     ax.legend(
         handles=ax.get_legend_handles_labels()[0]
         + [
@@ -245,6 +247,7 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
             ),
         ],
         fontsize="small",
+        loc="upper right",  # the late, slow decays pass below it
     )  # fmt: skip
     ax.set(xlabel=T, ylabel=r"$L_{L2}-L_*$ (loss units, log scale)")
     ax.set_title(f"(c) gradient flow: the gap to nuclear-norm regularisation, η = {eta0:g}",
@@ -252,17 +255,20 @@ def _loss_gap_panel(ax, gf: pd.DataFrame, bound: pd.DataFrame) -> None:
 
 
 def _every_dynamics_panel(ax, tables: dict[str, pd.DataFrame]) -> None:
-    """(d) the balance gap of every dynamics at one (η, λ), against T4."""
+    """(d) the balance gap of every dynamics at one (η, λ), against T4, over the time
+    that all their runs cover (the shortest run's end: the stochastic GF's)."""
     eta1, lam1 = 0.1, 0.05
-    t_max = 0.0
+    runs = {}
     for kind in ("gradient_flow", "gd", "stochastic_flow", "momentum_flow"):
         d = tables[kind]
         sel = np.isclose(d["dynamics.eta"], eta1) & np.isclose(d["dynamics.lam"], lam1)
         if kind == "momentum_flow":
             sel &= d["dynamics.mu"] == d["dynamics.mu"].max()
-        g = d[sel]
-        if not len(g):
-            continue
+        if sel.any():
+            runs[kind] = d[sel]
+    t_max, lowest = min(g["t"].max() for g in runs.values()), np.inf
+    for kind, g in runs.items():
+        g = g[g["t"] <= t_max]
         label, color, _ = DYNAMICS[kind]
         if kind == "stochastic_flow":
             label = "stochastic GF: median over paths"
@@ -273,15 +279,16 @@ def _every_dynamics_panel(ax, tables: dict[str, pd.DataFrame]) -> None:
             label += f", μ = {g['dynamics.mu'].iloc[0]:g}"
         t, y = _median_over_paths(g, "balance_gap")
         ax.plot(t, positive(y), color=color, lw=2, label=label)
-        t_max = max(t_max, t.max())
-        gap0 = y[0]
+        gap0, lowest = y[0], min(lowest, np.nanmin(positive(y)))
     tt = np.linspace(0, t_max, 200)
     ax.plot(tt, gap0 * np.exp(-2 * eta1 * lam1 * tt), "k--", lw=1.2,
             label=r"T4: $\|D(0)\|e^{-2\eta\lambda t}$ (theory)")  # fmt: skip
     ax.set_yscale("log")
-    ax.set_ylim(bottom=1e-16, top=10 * gap0)
+    ax.set_ylim(bottom=max(lowest / 30, 1e-16), top=10 * gap0)
     ax.set(xlabel=T, ylabel=r"balance gap $\|A^\top A-B^\top B\|_F$ (log scale)")
-    ax.set_title(f"(d) every dynamics at η = {eta1:g}, λ = {lam1:g}", fontsize="medium")
+    ax.set_xlim(right=t_max)
+    ax.set_title(f"(d) every dynamics at η = {eta1:g}, λ = {lam1:g}, t ≤ {t_max:g} "
+                 "(the shortest run)", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
 
 
@@ -321,7 +328,7 @@ def _sgf_panel(ax, sg, z: pd.DataFrame, shape, sgf_mean_trace: Callable) -> None
             r"\frac{1-e^{-2\eta\lambda t}}{2\lambda}$")  # fmt: skip
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set(xlabel=T, ylabel=r"$\mathrm{tr}(A^\top A-B^\top B)$")
-    ax.set_title(f"(f) stochastic GF, m = {shape[0]}, n = {shape[1]}: mean against T6, "
+    ax.set_title(f"(f) stochastic GF, m = {shape[0]}, n = {shape[1]}: mean against T6\n"
                  f"η = {key[1]:g}, λ = {key[0]:g}, σ = {sigma:g}", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="small")
 
@@ -360,8 +367,8 @@ def rank_figure(sol: pd.DataFrame, out_path: str | Path | None = None) -> Figure
         ax.axhline(r, color="0.5", lw=1, ls="-.", label=f"inner dimension r = {r}")
         s = d.iloc[0]
         ax.set(xlabel=LABELS["dynamics.lam"], ylabel="numerical rank of W (σ_i > 1e-3·σ_1)")
-        seeds = d["seed"].nunique()
-        ax.set_title(f"({'ab'[j]}) {problem}: rank against λ ({seeds} seeds, markers; "
+        seeds = f"{(n := d['seed'].nunique())} seed{'s' * (n != 1)}"
+        ax.set_title(f"({'ab'[j]}) {problem}: rank against λ ({seeds}, markers; "
                      "median, lines)", fontsize="medium")  # fmt: skip
         ax.set_ylim(-0.5, s["min_mn"] + 1.5)
         ax.legend(fontsize="small", loc="center right")
@@ -389,9 +396,25 @@ def rank_figure(sol: pd.DataFrame, out_path: str | Path | None = None) -> Figure
     return _finish(
         fig,
         axes,
-        "Weight decay on the factors lowers the rank (nuclear norm); plain L2 on W does not",
+        "Numerical rank of W against λ: factorised with weight decay, the nuclear-norm "
+        "minimiser, unfactorised with plain L2\n"
+        + "\n".join(_rank_change(sol[sol["problem"] == p], p) for p in problems),
         out_path,
     )
+
+
+def _rank_change(d: pd.DataFrame, problem: str) -> str:
+    """The medians (over seeds) the rank panel of ``problem`` draws, at its smallest and
+    largest λ, per solution: "sensing, median rank from λ = 0.01 to 1: factorised,
+    weight decay 3 → 2; …"."""
+    lams = np.sort(d["dynamics.lam"].unique())
+    med = d.groupby(["solution", "dynamics.lam"])["rank"].median()
+    parts = [
+        f"{name} {med[(name, lams[0])]:g} → {med[(name, lams[-1])]:g}"
+        for name in _SOLUTIONS
+        if (name, lams[0]) in med.index and (name, lams[-1]) in med.index
+    ]
+    return f"{problem}, median rank from λ = {lams[0]:g} to {lams[-1]:g}: " + "; ".join(parts)
 
 
 # --- discrete ------------------------------------------------------------------------------
@@ -507,7 +530,6 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
                r"\frac{1}{2}(\|A\|^2+\|B\|^2)$ (log)")  # fmt: skip
         ax.set_title(f"({'ab'[j]}) {names[pair]}: median over heads and runs (band: IQR)",
                      fontsize="medium")  # fmt: skip
-        ax.legend(fontsize="small", title="weight decay of attention")
         ax = axes[1, j]
         last = d[d["t"] == d.groupby("run_id")["t"].transform("max")]
         x = np.searchsorted(lams, last["dynamics.lam"].to_numpy())
@@ -522,12 +544,15 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
                ylabel="relative gap at the last step (log)")  # fmt: skip
         ax.set_title(f"({'cd'[j]}) {names[pair]}: last step against λ", fontsize="medium")
         ax.legend(fontsize="small")
+    # One key for both top panels, outside them: their medians fill the axes.
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside right upper",
+               fontsize="small", title="weight decay\nof attention")  # fmt: skip
     s = df.iloc[0]
     return _finish(
         fig,
         axes,
         f"Attention heads as factor pairs: balance under weight decay ({s['task.kind']}, "
         f"{s['dynamics.kind']}, η = {s['dynamics.eta']:g}, decay on {s['train.decay']}, "
-        f"{df['seed'].nunique()} seeds)",
+        f"{(n := df['seed'].nunique())} seed{'s' * (n != 1)})",
         out_path,
     )

@@ -17,7 +17,27 @@ What it checks, on every axes of the figure:
 - **dynamics** (when the caller says which dynamics the figure plots, as
   ``rankflow``'s ``dynamics.kind`` names): titles and legends name each of them, no title
   names only dynamics that are not plotted (T4 counts as gradient flow), and no title
-  sets a plotted dynamics "vs" one that is not plotted.
+  sets a plotted dynamics "vs" one that is not plotted;
+- **no noise parameter for noiseless dynamics** (with ``dynamics``): no title sets σ
+  (``σ = 0.1``, ``$\\sigma$=0``) when none of the plotted dynamics has one (rankflow's
+  ``SIGMA_DYNAMICS``);
+- **claims carry their numbers**: a title line with a verb that asserts an effect
+  (:data:`CLAIM_VERBS`: "lowers", "reduces", "balances", "decays", "converges", "implies",
+  …) is accepted only when it shows numbers and every one of them is a value the figure
+  draws, at the precision the title prints it (the data of a line or collection, or a
+  tick label: "numerical rank 8 → 8 at λ = 0.1"). Names are not numbers ("T4", "sv_1",
+  "float64"); a derived number (a ratio, a percentage) is not accepted. A title that
+  says what is plotted needs no number;
+- **plurals agree**: no text reads "1 runs", "1 seeds", "2 run" (:data:`COUNTED` nouns;
+  "run(s)" is fine);
+- **legends cover no line**: no data line of an axes (its segments sampled every 2
+  pixels in display space, its markers; not the reference levels ``axhline`` and
+  ``axvline`` draw across the axes) passes inside the box of a legend drawn over that
+  axes (a legend outside the axes covers nothing); the error names the axes and the
+  series;
+- **every panel to the run's end** (when the caller passes ``t_end``, the run's final
+  time): each line of a time axes (x label "time …", "t", "step …") reaches ``t_end`` to
+  within its own save interval (median spacing of its x), and the x view shows it.
 
 :func:`capture_figures` records the figures that ``Figure.savefig`` writes while a
 writer runs, so that the checks see the writers' own Figure objects.
@@ -84,16 +104,29 @@ def capture_figures(monkeypatch) -> Iterator[list[Figure]]:
 # --- the review --------------------------------------------------------------------------
 
 
-def check_figure(fig: Figure, dynamics: Iterable[str] | None = None, name: str = "") -> None:
+def check_figure(
+    fig: Figure,
+    dynamics: Iterable[str] | None = None,
+    name: str = "",
+    *,
+    t_end: float | dict[int, float] | None = None,
+) -> None:
     """Draw ``fig`` and raise ``AssertionError`` listing its defects (module docstring);
-    ``dynamics``: the ``dynamics.kind`` names that the figure plots, when known."""
-    problems = figure_problems(fig, dynamics)
+    ``dynamics``: the ``dynamics.kind`` names that the figure plots, when known;
+    ``t_end``: the run's final time (its ``save.t1``, or the table's last ``t``), for
+    every axes whose x axis is time, or ``{axes index: final time}`` per panel."""
+    problems = figure_problems(fig, dynamics, t_end=t_end)
     if problems:
         head = f"figure {name or _suptitle(fig)[:60]!r}: {len(problems)} defect(s)"
         raise AssertionError("\n  ".join([head, *problems]))
 
 
-def figure_problems(fig: Figure, dynamics: Iterable[str] | None = None) -> list[str]:
+def figure_problems(
+    fig: Figure,
+    dynamics: Iterable[str] | None = None,
+    *,
+    t_end: float | dict[int, float] | None = None,
+) -> list[str]:
     """The defects of ``fig`` as lines of text (empty: none found)."""
     fig.draw_without_rendering()  # ticks, labels and offsets as a drawing sets them
     problems = []
@@ -106,10 +139,16 @@ def figure_problems(fig: Figure, dynamics: Iterable[str] | None = None) -> list[
         problems += [f"{where}: {p}" for p in _colour_problems(ax)]
         if ax.get_legend() is not None:
             problems += [f"{where}: {p}" for p in _legend_problems(ax.get_legend(), [ax])]
+            problems += [f"{where}: {p}" for p in _cover_problems(ax.get_legend(), [ax])]
     for legend in fig.legends:
         problems += [f"figure legend: {p}" for p in _legend_problems(legend, fig.axes)]
+        problems += [f"figure legend: {p}" for p in _cover_problems(legend, fig.axes)]
+    for i, ax, end in _time_axes(fig, t_end):
+        problems += [f"axes {i} {ax.get_title()[:50]!r}: {p}" for p in _t_end_problems(ax, end)]
+    problems += _claim_problems(fig) + _plural_problems(fig)
     if dynamics is not None:
         problems += _dynamics_problems(fig, set(dynamics))
+        problems += _noise_problems(fig, set(dynamics))
     return problems
 
 
@@ -340,6 +379,212 @@ def _legend_problems(legend: Legend, axes: list[Axes]) -> list[str]:
                 f"legend entry {text.get_text()!r} in colour {rgb} matches no plotted artist"
             )
     return out
+
+
+# --- titles: claims with their numbers, plurals, noise parameters ---------------------------
+
+# Verbs that assert an effect: a title line using one must show the numbers that bear it out.
+CLAIM_VERBS = (
+    "lowers", "reduces", "raises", "increases", "decreases", "balances", "decays",
+    "converges", "vanishes", "implies", "shrinks", "grows", "improves", "removes",
+    "eliminates", "suppresses", "collapses", "causes", "prevents", "drives",
+)  # fmt: skip
+# A number in text: not part of a name ("T4", "sv_1", "float64", "W_Q^h").
+_NUMBER = re.compile(r"(?<![A-Za-z_\d.^{])[-−]?\d+(?:\.\d+)?(?:[eE][-+−]?\d+)?(?![A-Za-z_\d])")
+# Counted nouns whose plural a count must agree with.
+COUNTED = ("run", "seed", "head", "path", "layer", "step", "point", "sample", "save", "λ value")
+# A noise parameter set to a value: "σ = 0.1", "$\sigma$=0", "sigma=0".
+_NOISE_SETTING = re.compile(r"(σ|\\sigma|\bsigma)\$?\s*=\s*\$?\s*[-−]?\d")
+
+
+def _title_lines(fig: Figure) -> list[str]:
+    return [line for title in _titles(fig) for line in title.split("\n") if line.strip()]
+
+
+def _plotted_values(fig: Figure) -> np.ndarray:
+    """Every number drawn: the data of lines and collections, and the tick labels."""
+    vals = [np.array([])]
+    for ax in fig.axes:
+        for line in ax.lines:
+            vals += list(_points(line))
+        for coll in ax.collections:
+            offsets = np.asarray(coll.get_offsets(), dtype=float)
+            vals.append(offsets.ravel())
+        for label in ax.get_xticklabels() + ax.get_yticklabels():
+            vals += [np.array([_number(m)]) for m in _NUMBER.findall(label.get_text())]
+    out = np.concatenate([np.ravel(v) for v in vals])
+    return out[np.isfinite(out)]
+
+
+def _number(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def _shown(text: str, values: np.ndarray) -> bool:
+    """Whether a plotted value rounds to the number ``text`` at the precision it shows."""
+    mantissa = re.split(r"[eE]", text)[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    value = _number(text)
+    scale = 10.0 ** int(re.split(r"[eE]", text)[1].replace("−", "-")) if "e" in text.lower() else 1
+    return bool(np.any(np.abs(values - value) <= 0.5 * 10.0**-decimals * scale * (1 + 1e-9)))
+
+
+def _claim_problems(fig: Figure) -> list[str]:
+    """A title line with a claim verb must carry numbers, each a value the figure draws."""
+    verbs = re.compile(rf"\b({'|'.join(CLAIM_VERBS)})\b", re.I)
+    values = None
+    out = []
+    for line in _title_lines(fig):
+        verb = verbs.search(line)
+        if verb is None:
+            continue
+        values = _plotted_values(fig) if values is None else values
+        numbers = _NUMBER.findall(line)
+        unshown = [n for n in numbers if not _shown(n, values)]
+        if not numbers or unshown:
+            why = f"{unshown} drawn nowhere in the figure" if numbers else "no number"
+            out.append(
+                f"title {line!r} asserts an effect ({verb.group(0)!r}) with {why}: say what "
+                "is plotted, or show the measured numbers that bear the claim out"
+            )
+    return out
+
+
+def _figure_texts(fig: Figure) -> list[str]:
+    """Every visible text of the figure (titles, labels, legends, annotations, ticks)."""
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def _plural_problems(fig: Figure) -> list[str]:
+    """A count agrees with its noun: "1 runs" and "2 run" fail ("run(s)" is fine)."""
+    nouns = "|".join(re.escape(n) for n in COUNTED)
+    count = re.compile(rf"(?<![\d.,])(\d+)\s+({nouns})(s?)\b(?!\(s\)|\s*\d|-)")
+    out = []
+    for text in dict.fromkeys(_figure_texts(fig)):
+        for m in count.finditer(text):
+            if (m.group(1) == "1") == bool(m.group(3)):
+                out.append(
+                    f"text {text[:70]!r}: {m.group(0)!r} (count and noun disagree in number)"
+                )
+    return out
+
+
+def _noise_problems(fig: Figure, plotted: set[str]) -> list[str]:
+    """No noise parameter σ in a title when no plotted dynamics has one."""
+    from rankflow.core.vocabulary import SIGMA_DYNAMICS
+
+    if plotted & set(SIGMA_DYNAMICS):
+        return []
+    return [
+        f"title {line!r} sets a noise parameter ({m.group(0)!r}) but the plotted dynamics "
+        f"{sorted(plotted)} have none"
+        for line in _title_lines(fig)
+        for m in [_NOISE_SETTING.search(line)]
+        if m
+    ]
+
+
+# --- legends cover no line -------------------------------------------------------------------
+
+
+def _display_samples(ax: Axes, line: Line2D, step_px: float = 2.0) -> np.ndarray:
+    """Display-space points along a line's drawn segments (markers: the points), every
+    ``step_px`` pixels, inside the axes' box; shape (k, 2)."""
+    x, y = (np.asarray(v, dtype=float).ravel() for v in (line.get_xdata(), line.get_ydata()))
+    if x.size != y.size or not x.size:
+        return np.empty((0, 2))
+    xy = line.get_transform().transform(np.column_stack([x, y]))
+    pieces = [xy[np.isfinite(xy).all(axis=1)]]
+    if line.get_linestyle() not in ("None", "none", "", " "):
+        a, b = xy[:-1], xy[1:]
+        ok = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
+        a, b = a[ok], b[ok]
+        n = np.ceil(np.hypot(*(b - a).T) / step_px).astype(int) + 1
+        n = np.minimum(n, 5000)
+        f = np.concatenate([np.linspace(0, 1, k) for k in n]) if n.size else np.array([])
+        i = np.repeat(np.arange(n.size), n)
+        pieces.append(a[i] + f[:, None] * (b[i] - a[i]))
+    elif _no_marker(line):
+        return np.empty((0, 2))
+    pts = np.concatenate(pieces)
+    box = ax.bbox
+    inside = (pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1)
+    return pts[inside & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)]
+
+
+def _cover_problems(legend: Legend, axes: list[Axes]) -> list[str]:
+    """The data lines whose drawn points fall inside the legend's box (display space)."""
+    box = legend.get_window_extent().padded(-1.0)
+    out = []
+    for ax in axes:
+        if not ax.get_visible() or not box.overlaps(ax.bbox):
+            continue
+        covered = []
+        for line in ax.lines:
+            # Reference levels drawn across the axes (axhline, axvline) stay readable on
+            # both sides of a legend: data lines only.
+            if not line.get_visible() or line.get_transform() != ax.transData:
+                continue
+            pts = _display_samples(ax, line)
+            hit = (pts[:, 0] > box.x0) & (pts[:, 0] < box.x1)
+            hit &= (pts[:, 1] > box.y0) & (pts[:, 1] < box.y1)
+            if hit.sum() >= 2:
+                label = line.get_label()
+                unlabelled = f"unlabelled line coloured {_rgb(line.get_color())}"
+                covered.append(unlabelled if label.startswith("_") else label)
+        if covered:
+            names = sorted(set(covered))
+            out.append(
+                f"the legend covers {len(covered)} line(s) of axes {ax.get_title()[:40]!r}: "
+                f"{names[:4]}" + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            )
+    return out
+
+
+# --- every panel to the run's end ---------------------------------------------------------------
+
+# An x axis of time: the label starts with "time", "t", "step(s)" or "optimizer step".
+_TIME_LABEL = re.compile(
+    r"^\s*(time\b|\$?t\$?\b|steps?\b|optimi[sz]er steps?\b|training steps?\b)", re.I
+)
+
+
+def _time_axes(fig: Figure, t_end) -> list[tuple[int, Axes, float]]:
+    """(index, axes, final time) of the axes the caller's ``t_end`` asks to check: every
+    axes with a time x label for a number, the listed indices for a mapping."""
+    if t_end is None:
+        return []
+    if isinstance(t_end, dict):
+        return [(i, fig.axes[i], float(v)) for i, v in t_end.items()]
+    return [(i, ax, float(t_end)) for i, ax in enumerate(fig.axes)
+            if ax.get_visible() and _TIME_LABEL.search(ax.get_xlabel())]  # fmt: skip
+
+
+def _t_end_problems(ax: Axes, t_end: float) -> list[str]:
+    """Each line of a time axes reaches ``t_end`` to within its own save interval, and
+    the view shows it."""
+    out = []
+    lo, hi = sorted(ax.get_xlim())
+    for line in ax.lines:
+        x = np.asarray(line.get_xdata(), dtype=float).ravel()
+        x = np.unique(x[np.isfinite(x)])
+        if line.get_transform() != ax.transData or x.size < 2 or _no_line(line):
+            continue
+        dx = float(np.median(np.diff(x)))
+        if t_end - x.max() > dx * (1 + 1e-9) + 1e-12 * abs(t_end):
+            out.append(
+                f"line {line.get_label()!r} ends at t = {x.max():g}, before the run's end "
+                f"t = {t_end:g} (its save interval {dx:g})"
+            )
+    if hi < t_end * (1 - 1e-9) and ax.lines:
+        out.append(f"the x view ends at {hi:g}, before the run's end t = {t_end:g}")
+    return out
+
+
+def _no_line(line: Line2D) -> bool:
+    return line.get_linestyle() in ("None", "none", "", " ")
 
 
 # --- dynamics in titles --------------------------------------------------------------------

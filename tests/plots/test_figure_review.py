@@ -47,6 +47,19 @@ def golden(name: str) -> pd.DataFrame:
     return pd.read_parquet(GOLDEN / f"{name}.parquet").rename(columns=RENAMED)
 
 
+# ``plots.common.setting_title`` (the subtitle of the core figures) still prints σ=0 for
+# dynamics without noise: the helper fixing ``rankflow plot`` owns it. Until then the core
+# figures are reviewed without that one defect, and
+# ``test_setting_title_sets_no_sigma_for_noiseless_dynamics`` (strict xfail) holds it.
+SETTING_SIGMA = "sets a noise parameter ('\\\\sigma$=0')"
+
+
+def check_setting_figure(fig: Figure, dynamics=None, name: str = "", **kwargs) -> None:
+    """:func:`check_figure`, less the pending σ=0 of ``setting_title``'s subtitle."""
+    problems = [p for p in figure_problems(fig, dynamics, **kwargs) if SETTING_SIGMA not in p]
+    assert not problems, "\n  ".join([f"figure {name!r}", *problems])
+
+
 def written(monkeypatch, writer, *args, **kwargs) -> list[Figure]:
     """The figures that ``writer(*args, **kwargs)`` saves, in order."""
     with capture_figures(monkeypatch) as figs:
@@ -70,7 +83,7 @@ def demo_figure(monkeypatch, tmp_path) -> Figure:
 
 def test_demo_figure(monkeypatch, tmp_path):
     fig = demo_figure(monkeypatch, tmp_path)
-    check_figure(fig, {"gd"}, "demo")
+    check_setting_figure(fig, {"gd"}, "demo", t_end=golden("run_demo")["t"].max())
     ax_c = fig.axes[2]
     markers = {m.get_color(): m for m in ax_c.lines if m.get_linestyle() == "None"}
     for line in (ln for ln in ax_c.lines if ln.get_linestyle() == "--"):
@@ -95,11 +108,11 @@ def test_balance_figure_titles_the_dynamics_it_plots():
     gd = golden("run_demo")
     ax_b = core_plots.balance_figure(gd, target_sv=DEMO_SV).axes[1]
     assert ax_b.get_title().startswith("(b) GD") and "T5" in ax_b.get_title()
-    check_figure(ax_b.get_figure(), {"gd"})
+    check_setting_figure(ax_b.get_figure(), {"gd"})
     flow = gd.assign(**{"dynamics.kind": "gradient_flow"})
     fig = core_plots.balance_figure(flow, target_sv=DEMO_SV)
     assert "gradient flow" in fig.axes[1].get_title() and "T4" in fig.axes[1].get_title()
-    check_figure(fig, {"gradient_flow"})
+    check_setting_figure(fig, {"gradient_flow"})
     with pytest.raises(AssertionError, match="not plotted"):
         check_figure(fig, {"gd"})  # a GD table under gradient flow's title fails
 
@@ -126,8 +139,9 @@ def test_reproduce_toy_figures(monkeypatch, tmp_path):
     from rankflow.reproduce import toy
 
     balance, spectrum = reproduce_figures(monkeypatch, tmp_path, toy)
-    check_figure(balance, {"gd"}, "toy_balance")
-    check_figure(spectrum, {"gd"}, "toy_spectrum")
+    t_end = golden("reproduce__toy")["t"].max()
+    check_setting_figure(balance, {"gd"}, "toy_balance", t_end=t_end)
+    check_figure(spectrum, {"gd"}, "toy_spectrum", t_end=t_end)
 
 
 def test_reproduce_balancing_figure(monkeypatch, tmp_path):
@@ -135,7 +149,11 @@ def test_reproduce_balancing_figure(monkeypatch, tmp_path):
 
     (fig,) = reproduce_figures(monkeypatch, tmp_path, balancing)
     kinds = {"gradient_flow", "gd", "momentum_flow", "stochastic_flow", "adamw"}
-    check_figure(fig, kinds, "balancing")
+    end = {k: golden(f"reproduce__{n}")["t"].max() for k, n in balancing.CONFIGS.items()}
+    # (c) gradient flow, (d) every dynamics over the shortest run, (e) AdamW, (f) SGF.
+    t_end = {2: end["gradient_flow"], 3: min(end.values()), 4: end["adamw"]}
+    check_figure(fig, kinds, "balancing", t_end=t_end | {5: end["stochastic_flow"]})
+    assert fig.axes[3].get_xlim()[1] == min(end.values()) == end["stochastic_flow"] == 2500
     # (c): the tested T4 envelope, on the T2 bound under gradient flow, is drawn wide.
     assert any(line.get_linewidth() >= 5 for line in fig.axes[2].lines)
 
@@ -291,7 +309,7 @@ def test_noise_models_figure(monkeypatch, tmp_path):
     (fig,) = written(
         monkeypatch, plots.noise_models_figure, bands, lines, floor, step, 0.1, 0.2, tmp_path / "n"
     )
-    check_figure(fig, {"stochastic_flow", "sgd"}, "noise_models")
+    check_figure(fig, {"stochastic_flow", "sgd"}, "noise_models", t_end=t.max())
 
 
 # --- compare -------------------------------------------------------------------------------
@@ -315,7 +333,8 @@ def test_compare_figures(monkeypatch, tmp_path, prefix):
         s = df.iloc[0]
         # The contraction figure is GD's alone; the others set the optimizer beside its flow.
         kinds = {s["dynamics.kind"]} | ({s["flow.kind"]} if name != "contraction" else set())
-        check_figure(fig, kinds, f"{prefix} {name}")
+        t_end = df["t"].max() if "t" in df else None  # the order table has no time
+        check_figure(fig, kinds, f"{prefix} {name}", t_end=t_end)
 
 
 def test_compare_sweep_figure(monkeypatch, tmp_path):
@@ -384,7 +403,7 @@ def test_quick_plot_groups_every_swept_column(monkeypatch, tmp_path, hue):
         assert len({ln.get_color() for ln in ax.lines}) == 2
         assert len({ln.get_linestyle() for ln in ax.lines}) == 2
     assert "pooled" not in ax.get_title().lower()
-    check_figure(fig, {"gd"}, "quick_plot λ × η")
+    check_setting_figure(fig, {"gd"}, "quick_plot λ × η", t_end=df["t"].max())
 
 
 def test_quick_plot_says_what_it_pooled(monkeypatch):
@@ -400,7 +419,8 @@ def test_quick_plot_says_what_it_pooled(monkeypatch):
 def test_quick_plot_of_captured_runs(monkeypatch, tmp_path, name):
     df = golden(name)
     (fig,) = written(monkeypatch, plots.quick_plot, df, logy=True, out_path=tmp_path / "q")
-    check_figure(fig, set(df["dynamics.kind"].unique()), f"quick_plot {name}")
+    kinds = set(df["dynamics.kind"].unique())
+    check_setting_figure(fig, kinds, f"quick_plot {name}", t_end=df["t"].max())
 
 
 # --- attention -----------------------------------------------------------------------------
@@ -419,7 +439,9 @@ def test_attention_figures(monkeypatch, tmp_path):
         for n in ("attention_balance_sgd", "attention__balance_adamw", "attention__balance_flow")
     ]
     (fig,) = written(monkeypatch, plots.attention_balance_figure, tables, tmp_path / "b.png")
-    check_figure(fig, {"sgd", "adamw", "gradient_flow"}, "attention balance")
+    # Axes row-major: one column per table, a row per pair.
+    ends = {i * len(tables) + j: t["t"].max() for j, t in enumerate(tables) for i in (0, 1)}
+    check_figure(fig, {"sgd", "adamw", "gradient_flow"}, "attention balance", t_end=ends)
     loss = by_variant(golden("reproduce__attention_ablation__loss"))
     (fig,) = written(monkeypatch, plots.attention_ablation_figure, loss, tmp_path / "a.png")
     check_figure(fig, name="attention ablation")
@@ -471,9 +493,10 @@ def test_reference_figure(monkeypatch, tmp_path):
     from rankflow.inspect import reference_table
     from rankflow.plots.findings import reference_figure
 
-    figs = written(monkeypatch, reference_figure, reference_table(), tmp_path / "r.png")
+    table = reference_table()
+    figs = written(monkeypatch, reference_figure, table, tmp_path / "r.png")
     for fig in figs:
-        check_figure(fig)
+        check_figure(fig, t_end=table["step"].max())
 
 
 def test_series_figures(monkeypatch, tmp_path):
@@ -512,7 +535,7 @@ def test_series_figures(monkeypatch, tmp_path):
     )
     figs += written(monkeypatch, plots.series_rate_figure, pd.DataFrame(rates), tmp_path / "r")
     for fig in figs:
-        check_figure(fig)
+        check_figure(fig, t_end=300)
 
 
 # --- the checks fail on planted defects ----------------------------------------------------
@@ -557,3 +580,165 @@ def test_checks_find_titles_naming_dynamics_not_plotted():
     check_figure(fig, {"gd"})
     with pytest.raises(AssertionError, match="names the plotted dynamics 'adamw'"):
         check_figure(fig, {"gd", "adamw"})
+
+
+# --- titles that speak for the data, legends that cover nothing, panels to the end ---------
+
+OLD_RANK_HEADLINE = "Weight decay lowers the rank of every head's products (final step)"
+
+
+def test_attention_rank_title_shows_the_measured_change(monkeypatch, tmp_path):
+    """The title says what is plotted and the means at the smallest and largest λ, each
+    equal to the table's; the old fixed-text headline (the mutant) fails the review."""
+    heads = golden("reproduce__attention_rank__heads")
+    (fig,) = written(monkeypatch, plots.attention_rank_figure, heads, tmp_path / "r.png")
+    check_figure(fig, {"adamw"}, "attention rank")
+    title = fig.get_suptitle()
+    last = heads[heads["t"] == heads.groupby("run_id")["t"].transform("max")]
+    for pair, name in (("qk", "key–query"), ("vo", "value–output")):
+        d = last[last["pair"] == pair]
+        mean = d.groupby(f"train.lam_{pair}")[["rank", "effective_rank"]].mean().sort_index()
+        lo, hi = mean.iloc[0], mean.iloc[-1]
+        assert (
+            f"{name}: numerical rank {lo['rank']:.3g} → {hi['rank']:.3g}, effective rank "
+            f"{lo['effective_rank']:.3g} → {hi['effective_rank']:.3g} from λ = "
+            f"{mean.index[0]:g} to {mean.index[-1]:g}"
+        ) in title
+    assert "lowers" not in title
+    setting = title.split("\n")[-1]
+    fig.suptitle(OLD_RANK_HEADLINE + "\n" + setting)
+    with pytest.raises(AssertionError, match="asserts an effect .'lowers'. with no number"):
+        check_figure(fig, {"adamw"}, "attention rank (mutant: the old headline)")
+    fig.suptitle("Weight decay lowers the mean numerical rank by 42 (final step)\n" + setting)
+    with pytest.raises(AssertionError, match=r"\['42'\] drawn nowhere"):
+        check_figure(fig, {"adamw"}, "attention rank (mutant: a number not drawn)")
+    ranks = fig.axes[0].lines[-1].get_ydata()  # (a)'s mean line: the claim's own numbers
+    claim = f"Weight decay lowers the mean numerical rank {ranks[0]:.3g} → {ranks[-1]:.3g}"
+    fig.suptitle(claim + "\n" + setting)
+    check_figure(fig, {"adamw"}, "attention rank (a claim with its numbers)")
+
+
+def test_checks_find_claims_without_their_numbers():
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.plot([0.0, 1.0, 2.0], [7.9, 6.3, 5.1])
+    ax.set_title("(a) effective rank against λ")  # says what is plotted: no number needed
+    check_figure(fig)
+    for claim in ("weight decay reduces the rank", "balancing implies low rank"):
+        ax.set_title(claim)
+        with pytest.raises(AssertionError, match="asserts an effect"):
+            check_figure(fig)
+    ax.set_title("effective rank decays 7.9 → 5.1")
+    check_figure(fig)
+    ax.set_title("effective rank decays 7.9 → 4.1")  # 4.1: no plotted value rounds to it
+    with pytest.raises(AssertionError, match=r"\['4.1'\] drawn nowhere"):
+        check_figure(fig)
+    ax.set_title("effective rank decays (T4)")  # a theorem's label is not a number
+    with pytest.raises(AssertionError, match="with no number"):
+        check_figure(fig)
+
+
+def test_checks_find_a_legend_covering_a_line():
+    fig = Figure(figsize=(5, 4))
+    ax = fig.add_subplot()
+    t = np.linspace(0, 1, 50)
+    ax.plot(t, 1 - t, color="C0", label="gap")
+    ax.plot(t, np.full(50, 0.95), color="C1", label="level")  # runs under an upper legend
+    ax.set_title("(a) two lines")
+    ax.legend(loc="upper right")
+    with pytest.raises(AssertionError, match=r"axes 0 '\(a\) two lines'.*covers.*'level'"):
+        check_figure(fig)
+    ax.legend(loc="lower left")  # below 0.95, left of the gap's descent: covers nothing
+    check_figure(fig)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside the axes
+    check_figure(fig)
+    fig.legend(loc="center")  # a figure legend over the axes counts as well
+    with pytest.raises(AssertionError, match="figure legend: the legend covers"):
+        check_figure(fig)
+
+
+def test_mutant_demo_legend_inside_its_panel_fails_the_review(monkeypatch, tmp_path):
+    """The demo's old legend of panel (c), inside the axes, covered σ₃'s theory line."""
+    fig = demo_figure(monkeypatch, tmp_path)
+    ax_c = fig.axes[2]
+    old = ax_c.get_legend()
+    ax_c.legend(old.legend_handles, [t.get_text() for t in old.get_texts()], fontsize="small")
+    with pytest.raises(AssertionError, match=r"axes 2 '\(c\).*the legend covers"):
+        check_figure(fig, name="demo (mutant: legend inside (c))")
+
+
+def test_checks_find_a_noise_parameter_of_noiseless_dynamics():
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [1, 0.5], label="GD")
+    ax.legend()
+    for title in ("GD, η = 0.1, σ = 0", r"GD, $\eta$=0.1, $\sigma$=0.1", "GD, sigma=0"):
+        fig.suptitle(title)
+        with pytest.raises(AssertionError, match="sets a noise parameter"):
+            check_figure(fig, {"gd"})
+    fig.suptitle("GD, η = 0.1; singular values σ_i of W")  # σ_i is not a setting
+    check_figure(fig, {"gd"})
+    fig.suptitle("stochastic GF, η = 0.1, σ = 0.1")
+    ax.get_legend().remove()
+    check_figure(fig, {"stochastic_flow"})
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("GD, 1 runs", True),
+        ("over 1 seeds", True),
+        ("2 run", True),
+        ("median of 3 head", True),
+        ("GD, 1 run", False),
+        ("12 runs, 21 seeds", False),
+        ("3 run(s) not ok", False),
+        ("layer 2 head 3", False),
+        ("λ = 0.1 runs", False),
+    ],
+)
+def test_checks_find_plurals_that_disagree(text, bad):
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1])
+    ax.set_title(text)
+    problems = [p for p in figure_problems(fig) if "disagree in number" in p]
+    assert bool(problems) is bad, problems
+
+
+def test_setting_title_counts_one_run():
+    from rankflow.plots.common import setting_title
+
+    df = sweep_table(lams=(0.1,), etas=(0.1,), seeds=(0,))
+    assert setting_title(df).endswith("1 run")
+    assert setting_title(sweep_table()).endswith("12 runs")
+
+
+def test_checks_find_a_panel_short_of_the_run_end():
+    """The old panel (d) of the balancing figure: the stochastic flow's line stopped at
+    2,500 of the 5,000 steps the other runs drew."""
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.plot(np.linspace(0, 5000, 201), np.exp(-np.linspace(0, 5, 201)), label="GF")
+    ax.plot(np.linspace(0, 2500, 201), np.full(201, 0.3), label="stochastic GF")
+    ax.set_xlabel(plots.LABELS["t"])
+    ax.set_yscale("log")
+    ax.legend(loc="lower left")
+    with pytest.raises(AssertionError, match="'stochastic GF' ends at t = 2500.*t = 5000"):
+        check_figure(fig, t_end=5000)
+    check_figure(fig)  # no run end given: not checked
+    with pytest.raises(AssertionError, match="'stochastic GF' ends"):
+        check_figure(fig, t_end={0: 5000})  # per panel
+    ax.lines[1].set_data(np.linspace(0, 4990, 201), np.full(201, 0.3))
+    check_figure(fig, t_end=5000)  # within one save interval (24.95)
+    ax.set_xlim(0, 2500)
+    with pytest.raises(AssertionError, match="x view ends at 2500"):
+        check_figure(fig, t_end=5000)
+
+
+@pytest.mark.xfail(strict=True, reason="setting_title prints σ=0 for GD (plots/common.py)")
+def test_setting_title_sets_no_sigma_for_noiseless_dynamics(monkeypatch, tmp_path):
+    """The demo's subtitle (``setting_title``) names no σ for GD: pending in
+    ``plots/common.py``; when it lands this test passes, and strict xfail fails it so that
+    the marker and :data:`SETTING_SIGMA` go."""
+    check_figure(demo_figure(monkeypatch, tmp_path), {"gd"}, "demo subtitle")
