@@ -27,6 +27,7 @@ LAYERS = (
     ("numerics",),
     ("theory",),
     ("engine",),
+    ("fitting",),
     ("core",),
     ("attention",),
     ("api", "compare", "inspect"),

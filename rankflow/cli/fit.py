@@ -12,15 +12,12 @@ from .common import add_command, warnings_as_lines
 FIT_CSV = "fit.csv"
 
 
+HELP = "decay rate of the balance gap in every run against the theory: window, regime, verdict"
+
+
 def add_parser(sub) -> None:
     """``fit DIR [--t-min T] [--t-max T] [--column C] [--out FILE]``."""
-    fit = add_command(
-        sub,
-        "fit",
-        cmd_fit,
-        help="decay rate of the balance gap in every run against the theory (T4-T7): "
-        "window, regime, verdict",
-    )
+    fit = add_command(sub, "fit", cmd_fit, help=HELP)
     fit.add_argument("results", metavar="DIR", help="results directory")
     fit.add_argument("--t-min", type=float, help="start of the window (default: found)")
     fit.add_argument("--t-max", type=float, help="end of the window (default: found)")
