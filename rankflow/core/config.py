@@ -164,10 +164,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "batch_pad": Field(
             INT,
             None,
-            "sgd: minibatches are drawn at this size and their first dynamics.batch points "
-            "used, so batch sizes up to it share one program (default: the sweep's batch "
-            f"sizes grouped, largest ≤ {BATCH_PAD_RATIO}× smallest, each drawn at its "
-            "group's largest; dynamics.batch itself when not swept)",
+            "sgd: minibatches are drawn at this size (at least dynamics.batch, at most "
+            "problem.samples) and their first dynamics.batch points used, so batch sizes up "
+            "to it share one program (default: the sweep's batch sizes grouped, largest ≤ "
+            f"{BATCH_PAD_RATIO}× smallest, each drawn at its group's largest; "
+            "dynamics.batch itself when not swept); other dynamics ignore it",
             ge(1),
             optional=True,
         ),
@@ -335,23 +336,6 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"dynamics.batch: must be ≤ problem.samples = {p['samples']}, got {d['batch']}"
             )
-    _validate_batch_pad(d, p)
-
-
-def _validate_batch_pad(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
-    pad = d["batch_pad"]
-    if pad is None:
-        return
-    if d["kind"] != "sgd":
-        raise ConfigError(
-            f"dynamics.batch_pad: only for dynamics.kind = 'sgd' (the size its minibatches "
-            f"are drawn at), not {d['kind']!r}; drop it"
-        )
-    if not d["batch"] <= pad <= p["samples"]:
-        raise ConfigError(
-            f"dynamics.batch_pad: must be in [dynamics.batch, problem.samples] = "
-            f"[{d['batch']}, {p['samples']}], got {pad}"
-        )
 
 
 def _validate_noise(d: Mapping[str, Any]) -> None:
@@ -449,9 +433,11 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
 def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[str, Any]:
     """Fill a validated point's derived values in place: a diagonal problem's singular
     values and its m = n, the solver's method and ``adaptive``, ``save.t1`` from
-    ``save.ts``, a depth-2 ``model.r`` list as its one width, sgd's ``batch_pad`` (of
-    its batch in ``pads``, the sweep's :func:`~.vocabulary.batch_pads`, at most
-    ``problem.samples``; the batch itself if absent). Returns the point."""
+    ``save.ts``, a depth-2 ``model.r`` list as its one width, sgd's ``batch_pad`` (the
+    given one, else its batch's in ``pads``, the sweep's :func:`~.vocabulary.batch_pads`,
+    else the batch; at least the batch and at most ``problem.samples``, so that a point
+    resolved again with another batch stays valid; None for other dynamics). Returns
+    the point."""
     p, d, s, sv = cfg["problem"], cfg["dynamics"], cfg["solver"], cfg["save"]
     if p["kind"] == "diagonal":
         p["singular_values"] = singular_values(p)
@@ -459,8 +445,11 @@ def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[s
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
     d["noise"] = noise_model(d)
-    if d["kind"] == "sgd" and d["batch_pad"] is None:
-        d["batch_pad"] = min((pads or {}).get(d["batch"], d["batch"]), p["samples"])
+    if d["kind"] == "sgd":
+        pad = d["batch_pad"] if d["batch_pad"] is not None else (pads or {}).get(d["batch"], 0)
+        d["batch_pad"] = min(max(d["batch"], pad), p["samples"])
+    else:
+        d["batch_pad"] = None
     model = cfg["model"]
     if model["depth"] == 2 and isinstance(model["r"], list):
         model["r"] = model["r"][0]  # the pair's one inner width
