@@ -41,6 +41,7 @@ __all__ = [
     "enable_compilation_cache",
     "execute",
     "plan",
+    "read_back_bytes",
     "state_bytes",
 ]
 
@@ -104,6 +105,16 @@ def _sizes(point: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     return item, m, n, n * r + (depth - 2) * r * r + r * m, r
 
 
+def read_back_bytes(point: Mapping[str, Any]) -> int:
+    """The bytes one run's states take once read back (``save.states``; 0 without):
+    their table's entries and a row object per factor and save, and the arrays stacked
+    from them."""
+    if not point["save"].get("states"):
+        return 0
+    rows = _ROW_OBJECT * point["model"].get("depth", 2) * vocabulary.save_count(point)
+    return 2 * state_bytes(point) + rows
+
+
 def state_bytes(point: Mapping[str, Any]) -> int:
     """The bytes of one run's states on disk (``save.states``; 0 without): every
     factor's entries at every save and path, in the run's dtype, with the list
@@ -122,14 +133,14 @@ def _per_run_bytes(point: Mapping[str, Any]) -> int:
 
 def result_bytes(point: Mapping[str, Any]) -> int:
     """The bytes one run adds to the sweep's results table once it is read back (its
-    rows, float64 or pointers per column, and a copy while sorting; with
-    ``save.states`` its states table and the arrays stacked from it)."""
-    depth, saves = point["model"].get("depth", 2), vocabulary.save_count(point)
-    _, m, n, _, wide = _sizes(point)
-    k = num_singular_values(m, n, wide)
-    columns = len(OBSERVABLES) + depth - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
-    rows = _ROW_OBJECT * depth * saves if point["save"].get("states") else 0
-    return 2 * 8 * columns * saves + 2 * state_bytes(point) + rows
+    rows, float64 or pointers per column, and a copy while sorting). States read back
+    (``save.states``) are :func:`check_states`'s: the command never reads them."""
+    p, model = point["problem"], point["model"]
+    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
+    r = model["r"]
+    k = num_singular_values(m, n, max(r) if isinstance(r, list | tuple) else r)
+    columns = len(OBSERVABLES) + model.get("depth", 2) - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
+    return 2 * 8 * columns * vocabulary.save_count(point)
 
 
 def default_chunk_size(point: Mapping[str, Any]) -> int:
@@ -234,9 +245,15 @@ def check_states(
     """Refuse, in one line naming ``save.states``, its size and the limit, a sweep whose
     states (:func:`state_bytes` per run, O(structures) to sum) exceed
     ``RANKFLOW_MAX_STATES_GIB`` (default :data:`MAX_STATES_GIB`), the disk free where
-    ``out`` lies, or (``read_back``: the Python call's table) the host's free memory."""
-    _, chunks = engine.plan(CORE_STATES, cfg, chunk, facts=state_bytes)
-    need = sum(chunks.group_runs(g) * b for g, b in enumerate(chunks.facts))
+    ``out`` lies, or (``read_back``: the Python call's table, its states stacked from
+    their rows) the host's free memory."""
+
+    def sizes(point):  # one run's states on disk and read back, per structure
+        return state_bytes(point), read_back_bytes(point)
+
+    _, chunks = engine.plan(CORE_STATES, cfg, chunk, facts=sizes)
+    groups = [(chunks.group_runs(g), f) for g, f in enumerate(chunks.facts)]
+    need, held = sum(n * disk for n, (disk, _) in groups), sum(n * mem for n, (_, mem) in groups)
     runs = f"{chunks.runs:,} runs"
     limit = env_limit("RANKFLOW_MAX_STATES_GIB", MAX_STATES_GIB)
     if need > limit * 2**30:
@@ -249,4 +266,4 @@ def check_states(
     if out is not None:
         check_fits(need, ["save.states"], runs, "writing the states", nearest_disk(out), fix)
     if read_back:
-        check_fits(2 * need, ["save.states"], runs, "reading the states back", host_memory(), fix)
+        check_fits(held, ["save.states"], runs, "reading the states back", host_memory(), fix)

@@ -587,10 +587,6 @@ def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(["run_id", "path", "t"], kind="stable", ignore_index=True)
 
 
-# The states table's columns that are not factors (rankflow.core.program.states_table).
-_STATE_KEYS = ("run_id", "path", "t", "status", "shapes")
-
-
 @dataclass(frozen=True, eq=False)
 class RunStates:
     """The factors of one run (one path) at its saves, read-only arrays with a leading

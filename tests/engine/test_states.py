@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import rankflow
-from rankflow import theory
+from rankflow import cli, theory
 from rankflow.core import config as C
 from rankflow.core import family as F
 from rankflow.core.program import TRACE_COUNTS, params_of, program_for
@@ -159,6 +159,24 @@ def test_a_resumed_sweep_has_the_states_of_an_uninterrupted_one(
     assert len(list(states_dir.glob("chunk-*.parquet"))) == 2 and not list(states_dir.glob(".*"))
 
 
+def test_the_command_writes_the_states_too(gd_sweep, tmp_path, capsys):
+    _, _, whole, _ = gd_sweep
+    lines = ["x64 = true"]
+    for section, body in GD.items():
+        if isinstance(body, dict):
+            lines += [f"[{section}]"] + [f'"{k}" = {json.dumps(v)}' for k, v in body.items()]
+    path = tmp_path / "gd.toml"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out), "--chunk", "3"]) == 0
+    assert capsys.readouterr().out.startswith("4 runs (0 diverged, 0 max_steps) in")
+    states = rankflow.load_states(out)
+    assert sorted(states) == sorted(whole)
+    for key in whole:
+        assert states[key].A.tobytes() == whole[key].A.tobytes()
+        assert states[key].B.tobytes() == whole[key].B.tobytes()
+
+
 def test_stochastic_states_per_path():
     cfg = {
         "x64": True,
@@ -262,7 +280,10 @@ def test_states_count_in_the_chunk_memory_model():
     # Three copies of 201 saves × 20,000 float32 entries, and the row objects.
     assert extra == 201 * (3 * 4 * 20_000 + 2 * 112 * 2)
     assert F.default_chunk_size(kept) < F.default_chunk_size(plain)
-    assert F.result_bytes(kept) - F.result_bytes(plain) == 2 * F.state_bytes(kept) + 112 * 2 * 201
+    # Read back (the Python call): check_states's, not the results table's.
+    assert F.result_bytes(kept) == F.result_bytes(plain)
+    assert F.read_back_bytes(kept) == 2 * F.state_bytes(kept) + 112 * 2 * 201
+    assert F.read_back_bytes(plain) == F.state_bytes(plain) == 0
 
 
 def test_the_default_writes_no_states_and_says_how_to_get_them(tmp_path):
