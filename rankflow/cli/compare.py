@@ -77,7 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     prints each fit's verdict and exits 1 unless every one passes."""
     from .. import plots
     from ..compare import compare, judge
-    from ..compare.summary import verdict_lines
+    from ..compare.summary import NO_VERDICT, verdict_lines
 
     check_out(args.out, "compare")
     t0 = time.perf_counter()
@@ -91,6 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"summary → {Path(args.out) / 'summary.md'}")
     judged = judge(tables)
     if not judged:
+        print(f"verdict: none. {NO_VERDICT}")
         return 0
     for line in verdict_lines(judged):
         print(line)

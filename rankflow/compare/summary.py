@@ -12,7 +12,13 @@ import pandas as pd
 from ..core.vocabulary import MOMENTUM_DYNAMICS
 from .verdict import RULES, judge
 
-__all__ = ["summary", "verdict_lines"]
+__all__ = ["NO_VERDICT", "summary", "verdict_lines"]
+
+# The verdict of sgd_gaussian with parameter noise against the stochastic flow (T6).
+NO_VERDICT = (
+    "No order in η is fitted for this pair (T6: the mean of tr D over paths), so there is "
+    "no verdict; its z-scores against T6 are in the summary (E[tr D] against T6)."
+)
 
 
 def _g(x: float) -> str:
@@ -27,7 +33,7 @@ def summary(
     traj = tables["trajectory"]
     s = traj.iloc[0]
     judged = judge(tables)
-    head = _header(s, meta) + _verdict_section(judged)
+    head = _header(s, meta) + _verdict_section(judged, "sde" in tables)
     if "sweep" in tables:
         lines = head + _sweep_section(tables["sweep"], meta) + _sweep_verdicts(judged)
         files = _files_section(tables, False, judged)
@@ -99,10 +105,11 @@ def verdict_lines(judged: Mapping[str, pd.DataFrame]) -> list[str]:
     return lines
 
 
-def _verdict_section(judged: Mapping[str, pd.DataFrame]) -> list[str]:
-    """How many fits pass, and the rule, after the header (none for T6's pairs)."""
+def _verdict_section(judged: Mapping[str, pd.DataFrame], sde: bool) -> list[str]:
+    """How many fits pass, and the rule, after the header; for T6's pair (``sde``),
+    that it has no order in η to judge."""
     if not judged:
-        return []
+        return ["", "## Verdict", "", NO_VERDICT] if sde else []
     v = judged["verdict"]
     counts = v["verdict"].value_counts()
     tally = ", ".join(f"{counts[k]} {k}" for k in ("pass", "fail", "inconclusive") if k in counts)

@@ -122,6 +122,9 @@ def test_T6_sgf_and_sgd_gaussian_means_of_the_trace(sgd_out):
     assert traj["flow.kind"].iloc[0] == "stochastic_flow"
     assert traj["solver.method"].iloc[0] == "shark" and traj["solver.dt"].iloc[0] == 0.1
     assert (traj["distance"].iloc[1:] < 4 * traj["mc_floor"].iloc[1:]).all()
+    # No order in η for this pair: the summary says there is no verdict, and none is written.
+    assert "No order in η is fitted for this pair (T6" in (out / "summary.md").read_text()
+    assert not (out / "verdict.csv").exists() and not (out / "halvings.csv").exists()
 
 
 def test_cli_compare_momentum_example(tmp_path, capsys):
