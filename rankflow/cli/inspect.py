@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
         help="inspect a pretrained safetensors checkpoint for the balance fingerprint "
         "of weight decay, head by head, against a null pairing",
         description="Read PATH (a .safetensors file, a sharded model.safetensors.index.json, "
-        "or a folder holding either plus config.json) one layer at a time with numpy, and "
+        "or a folder holding either plus config.json, or a .zip of such a folder) one layer "
+        "at a time with numpy, and "
         "measure per layer, head and pair (key–query: A = W_Q^h, B = W_K^h; value–output: "
         "A = W_V^h, B = W_O^hᵀ) the relative balance gap ‖AᵀA − BᵀB‖_F / ½(‖AᵀA‖_F + "
         "‖BᵀB‖_F), the correlation of the Gram entries, frob_minus_nuc / l2_penalty and the "
@@ -32,9 +33,10 @@ def add_parser(sub) -> None:
         "path",
         metavar="PATH",
         nargs="+",
-        help="checkpoint file, index or folder, or a Hugging Face repo id org/name[@revision] "
-        "(from the local cache; offline with HF_HUB_OFFLINE=1); several PATHs (or a folder "
-        "of revisions step1000/…, or a list file of `STEP PATH` lines): a series",
+        help="checkpoint file, index or folder, a .zip of one model folder, or a Hugging Face "
+        "repo id org/name[@revision] (from the local cache; offline with HF_HUB_OFFLINE=1); "
+        "several PATHs (or a folder of revisions step1000/…, or a text list file of "
+        "`STEP PATH` lines): a series",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument(

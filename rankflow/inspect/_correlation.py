@@ -50,14 +50,9 @@ from ._permutation import GRAM_CORR, null_size, null_statistics, observed_statis
 
 __all__ = ["CORR_FINDINGS", "CorrTest", "corr_finding", "corr_interval", "corr_test", "holm"]
 
-CORR_FINDINGS = (
-    "negative",
-    "positive",
-    "mixed sign",
-    "not detected",
-    "too few pairings",
-    "not computed",
-)
+# p ≤ α: by the sign of the median r and of its interval; then p > α, or no p.
+SIGNED = ("negative", "positive", "mixed sign")
+CORR_FINDINGS = SIGNED + ("not detected", "too few pairings", "not computed")
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,34 @@ N_PERM_CORR = 9999
 _CHUNK = 2_000_000
 
 FINDINGS = ("balanced", "partially balanced", "not detected", "too few pairings")
-# The Gram-correlation test's columns of the findings table (._correlation), after the
-# gap test's.
+# The findings table (findings.parquet): one row per pair over all layers and per pair
+# and layer; the gap test's columns, then the Gram-correlation test's (CORR_COLUMNS).
+GAP_COLUMNS = (
+    "scope",  # all: over all inspected layers; layer: one layer
+    "layer",  # the layer's index (−1 on an all-layers row)
+    "pair",  # qk (key–query) or vo (value–output)
+    "statistic",  # the gap statistic tested (balance_gap_rel; rotary_gap_rel with rotary)
+    "n_layers",  # layers in the test
+    "n_units",  # theory units (heads, or GQA groups) per layer
+    "observed_median",  # median gap of the true pairs
+    "null_median",  # median over the null pairings of their median gap
+    "effect",  # observed_median / null_median (1: chance, 0: exact balance)
+    "effect_lo",  # lower end of the effect's 95% bootstrap interval
+    "effect_hi",  # upper end of that interval
+    "p",  # one-sided permutation p of the gap test
+    "p_min",  # the smallest p the gap test can give, 1/(1 + n_perm)
+    "n_perm",  # null pairings of the gap test (all when exact)
+    "exact",  # whether every pairing was enumerated
+    "alpha",  # the significance level of both tests
+    "margin",  # the effect margin of balanced
+    "finding",  # balanced, partially balanced, not detected, too few pairings
+    "note",  # e.g. qk-norm: not the applied product
+    "fp_seeds",  # random initialisations simulated (all-layers rows)
+    "fp_detect_rate",  # fraction of them with p ≤ alpha
+    "fp_pass_rate",  # fraction of them balanced
+    "reference",  # the training reference's ranges, in words (all-layers rows)
+)
+# The Gram-correlation test's columns (._correlation), after the gap test's.
 CORR_COLUMNS = (
     "corr_observed",  # median over the units of the true pairs' gram_corr_offdiag
     "corr_lo",  # lower end of its 95% bootstrap interval (units resampled within layers)
@@ -361,7 +387,7 @@ def balance_findings(
             layer_rows.append(row | {"reference": ""} | _corr_columns(one_corr, n_boot))
         _holm_per_layer(layer_rows)
         rows += layer_rows
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(GAP_COLUMNS + CORR_COLUMNS))
 
 
 def _fmt(x: float, digits: int = 3) -> str:

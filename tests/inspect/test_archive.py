@@ -60,6 +60,9 @@ def test_a_zipped_model_folder_reads_as_the_folder(tmp_path, model, monkeypatch)
     assert zipped.meta["files"] == [f"{archive}:model.safetensors"]
     assert zipped.summary.splitlines()[0] == f"# rankflow inspect: {archive.resolve()}"
     assert list(tmp.iterdir()) == []  # the unpacked copy is removed
+    cli_out = tmp_path / "cli"
+    assert cli.main(["inspect", str(archive), "--out", str(cli_out), "--no-figures"]) == 0
+    assert (cli_out / "inspect.json").is_file() and list(tmp.iterdir()) == []
 
 
 def test_member_paths_never_name_where_to_write(tmp_path, model):

@@ -26,7 +26,7 @@ from rankflow.inspect import (
     pairwise_corr_offdiag,
     wishart_grams,
 )
-from rankflow.inspect._findings import CORR_COLUMNS
+from rankflow.inspect._findings import CORR_COLUMNS, GAP_COLUMNS
 
 
 def _planted_factors(rng, m: int, r: int, c: float, noise: float):
@@ -155,7 +155,8 @@ def test_planted_correlation_found_with_its_sign_through_a_checkpoint(tmp_path, 
         })  # fmt: skip
     res = inspect_checkpoint(write_checkpoint(tmp_path / "c", spec, factors))
     f = res.findings
-    assert set(CORR_COLUMNS) <= set(f.columns) and set(f["corr_finding"]) <= set(CORR_FINDINGS)
+    assert list(f.columns) == list(GAP_COLUMNS + CORR_COLUMNS)  # as declared for the docs
+    assert set(f["corr_finding"]) <= set(CORR_FINDINGS)
     rows = {r["pair"]: r for _, r in f[f["scope"] == "all"].iterrows()}
     vo, qk = rows["vo"], rows["qk"]
     planted = -c / 2
