@@ -41,6 +41,12 @@ ENVIRONMENT = (
     ("RANKFLOW_MAX_RUNS", f"the largest sweep run (default {MAX_RUNS:,})"),
     ("RANKFLOW_MAX_STRUCTURES", "the most structures (programs) a sweep may have (default 1,024)"),
     ("RANKFLOW_MAX_SAVES", "the most saves one run may write (default 100,000)"),
+    ("RANKFLOW_MAX_STATES_GIB", "the most GiB of factors save.states may write (default 16)"),
+    (
+        "RANKFLOW_PROGRESS_INTERVAL",
+        "seconds without a line after which a command whose stderr is not a terminal "
+        "prints 'still running' (default 30)",
+    ),
 )
 # The --set line of a sweep axis in every epilogue (tests parse it as a shell would).
 SWEEP_EXAMPLE = "--set 'sweep.dynamics.lam=[0.01,0.1]'"
