@@ -69,12 +69,17 @@ def _cell(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _halving_cells(h: pd.DataFrame) -> str:
-    """The halving orders of one fit, comma-separated (± SE where it has one)."""
-    return ", ".join(
+def _halving_texts(h: pd.DataFrame) -> list[str]:
+    """The halving orders of one fit (``halvings`` rows), each with ± SE where it has one."""
+    return [
         f"{o:.3f}" + (f" ± {e:.3f}" if np.isfinite(e) else "")
         for o, e in zip(h["halving_order"], h["halving_order_stderr"], strict=True)
-    )
+    ]
+
+
+def _halving_cells(h: pd.DataFrame) -> str:
+    """The halving orders of one fit, comma-separated."""
+    return ", ".join(_halving_texts(h))
 
 
 def _fits(judged: Mapping[str, pd.DataFrame]):
@@ -211,10 +216,7 @@ def _contraction_section(c: pd.DataFrame) -> list[str]:
 def _halving_column(h: pd.DataFrame) -> list[str]:
     """The halving order of each learning rate from the one before it (``—`` for the
     first), as table cells."""
-    return ["—"] + [
-        f"{o:.3f}" + (f" ± {e:.3f}" if np.isfinite(e) else "")
-        for o, e in zip(h["halving_order"], h["halving_order_stderr"], strict=True)
-    ]
+    return ["—", *_halving_texts(h)]
 
 
 def _judged_line(judged: Mapping[str, pd.DataFrame], observable: str) -> list[str]:
