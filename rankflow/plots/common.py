@@ -189,11 +189,18 @@ def draw_median(
     return line
 
 
+def _noiseless(df: pd.DataFrame) -> bool:
+    """Whether every run has σ = 0: gd, gradient flow and the other dynamics without
+    Gaussian noise have no σ to state."""
+    return bool((pd.to_numeric(df["dynamics.sigma"], errors="coerce").fillna(0) == 0).all())
+
+
 def setting_title(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
-    """The constant settings of a table, e.g. ``problem.kind=diagonal, η=0.1``."""
+    """The constant settings of a table, e.g. ``problem.kind=diagonal, η=0.1`` (σ only
+    where some run has Gaussian noise)."""
     parts = []
     for col in SETTING_KEYS:
-        if col in skip or col not in df.columns:
+        if col in skip or col not in df.columns or (col == "dynamics.sigma" and _noiseless(df)):
             continue
         vals = df[col].dropna().unique()
         if len(vals) == 1:

@@ -27,7 +27,7 @@ from .common import (
     value_label,
 )
 
-__all__ = ["balance_figure", "quick_plot"]
+__all__ = ["balance_figure", "quick_plot", "theory_lines"]
 
 
 # quick_plot draws one line per combination of the swept columns up to this many lines;
@@ -87,6 +87,7 @@ def quick_plot(
     ax: Axes | None = None,
     title: str | None = None,
     *,
+    theory: pd.DataFrame | None = None,
     out_path: str | Path | None = None,
 ) -> Figure:
     """One curve of ``y`` against ``x`` per combination of the swept columns.
@@ -100,12 +101,15 @@ def quick_plot(
     are ignored; with ``logy`` values ``≤ 0`` are masked. To plot a final-time quantity
     against a hyperparameter, filter the table first (e.g. ``df[df.t == df.t.max()]``).
     Draws into ``ax`` when given (and returns its figure), else into a new figure; writes
-    it to ``out_path`` when given.
+    it to ``out_path`` when given. ``theory`` (``x = "t"``): the fit of the table's ``y``
+    (``rankflow.fit(df, column=y)``), each line's prediction drawn beside it
+    (:func:`theory_lines`).
     """
     for col in (x, y) + ((hue,) if hue is not None else ()):
         if col not in df.columns:
             raise KeyError(f"quick_plot: no column {col!r} in the table")
     df = df.reset_index(drop=True)
+    own = ax is None
     if ax is None:
         fig = Figure(figsize=(6.4, 4.4), layout="constrained")
         ax = fig.add_subplot()
@@ -124,6 +128,7 @@ def quick_plot(
         colors = dict(zip(hue_values, palette(len(hue_values), _numeric(df, hue)), strict=True))
     else:
         colors = dict(zip(other_values, palette(len(other_values), _numeric(df, *others))))
+    drawn = []
     for combo in _sorted_unique(df[keys]) if keys else [()]:
         sel = np.ones(len(df), bool)
         for col, value in zip(keys, combo, strict=True):
@@ -133,16 +138,26 @@ def quick_plot(
         style = LINESTYLES[other_values.index(rest) % len(LINESTYLES)] if hue is not None else "-"
         label = ", ".join(value_label(c, v) for c, v in zip(keys, combo, strict=True)) or None
         idx = df.index[sel]
-        draw_median(ax, df.loc[idx], x, vals.loc[idx], log=logy, color=color, ls=style, label=label)
+        line = draw_median(
+            ax, df.loc[idx], x, vals.loc[idx], log=logy, color=color, ls=style, label=label
+        )
+        if line is not None:
+            drawn.append((idx, line))
+    if theory is not None:
+        theory_lines(ax, df, theory, drawn)
 
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(axis_label(x))
     ax.set_ylabel(axis_label(y))
     ax.grid(True, which="major", alpha=0.3)
-    if keys and ax.lines:
+    if (keys or theory is not None) and ax.lines:
         legend_title = axis_label(hue) if keys == [hue] else ", ".join(map(_symbol, keys))
-        ax.legend(title=legend_title, fontsize="small")
+        outside = len(ax.get_legend_handles_labels()[1]) > 4  # beside the axes, not over lines
+        where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)} if outside else {}
+        ax.legend(title=legend_title or None, fontsize="small", **where)
+        if outside and own:  # room for the legend beside the axes
+            fig.set_size_inches(10.4, 4.4)
     if title is None:
         title = f"{y} vs {x}: " + _pooling_text(df, pooled)
         setting = setting_title(df, skip=tuple(keys + pooled))
@@ -152,6 +167,61 @@ def quick_plot(
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+THEORY_GID = "theory"
+
+
+def theory_lines(
+    ax: Axes, df: pd.DataFrame, table: pd.DataFrame, drawn: list[tuple[pd.Index, Line2D]]
+) -> None:
+    """Beside each drawn line (its rows ``idx`` of ``df``), its runs' prediction (from
+    ``table``, ``rankflow.fit``'s rows of those runs): dashed, in the line's colour, over the
+    median fitted window, anchored at the line's value at the window's start; a bracket
+    as a thin band between its ends (the dashed line at its low end), a tick at the
+    window's end. A line whose runs
+    have no prediction (or not one prediction) says so in its legend entry."""
+    laws = set()
+    for idx, line in drawn:
+        runs = df.loc[idx, "run_id"].unique() if "run_id" in df.columns else [0]
+        rows = table[table["run_id"].isin(runs)] if "run_id" in table.columns else table
+        lows = rows["predicted_low"].to_numpy(float)
+        if not (len(rows) and np.isfinite(lows).all() and np.ptp(lows) <= 1e-12 * abs(lows[0])):
+            why = "no prediction" if len(rows) and not np.isfinite(lows).any() else "mixed laws"
+            kinds = ", ".join(sorted(map(str, rows["dynamics.kind"].unique())))
+            label = line.get_label()
+            named = label if kinds in label else f"{label}, {kinds}"
+            line.set_label(f"{kinds}: {why}" if label.startswith("_") else f"{named}: {why}")
+            continue
+        laws.add(str(rows["source"].iloc[0]))
+        _draw_law(ax, line, rows, df.loc[idx])
+    if laws:
+        text = f"theory ({', '.join(sorted(laws))}) over the fitted window (|: its end)"
+        ax.plot([], [], color="0.3", ls="--", lw=3.0, alpha=0.55, label=text)
+
+
+def _draw_law(ax: Axes, line: Line2D, rows: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """One line's prediction over its runs' median window, from the line's value there."""
+    xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    t0, t1 = float(rows["t_min"].median()), float(rows["t_max"].median())
+    sel = (xs >= t0) & (xs <= t1) & np.isfinite(ys)
+    if sel.sum() < 2:
+        return
+    eta = float(rows["dynamics.eta"].iloc[0])
+    clock = xs[sel]
+    if "lr_clock" in runs.columns and runs["lr_clock"].notna().all():  # T11's clock
+        clock = runs.groupby("t")["lr_clock"].median().reindex(xs[sel]).to_numpy() / eta
+    dt, anchor = clock - clock[0], ys[sel][0]
+    low, high = float(rows["predicted_low"].iloc[0]), float(rows["predicted_high"].iloc[0])
+    color = line.get_color()
+    # wide, translucent and under the measured line: seen where the two agree
+    z = line.get_zorder() - 0.1
+    law = anchor * np.exp(-low * dt)
+    ax.plot(xs[sel], law, ls="--", lw=3.0, alpha=0.55, color=color, zorder=z, gid=THEORY_GID)
+    ax.plot(xs[sel][-1], law[-1], marker="|", ms=12, mew=2, color=color, ls="none")
+    if high > low:
+        band = (anchor * np.exp(-high * dt), anchor * np.exp(-low * dt))
+        ax.fill_between(xs[sel], *band, color=color, alpha=0.15, linewidth=0, zorder=z)
 
 
 def _numeric(df: pd.DataFrame, *cols: str) -> bool:

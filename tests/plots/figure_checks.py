@@ -633,3 +633,44 @@ def _dynamics_problems(fig: Figure, plotted: set[str]) -> list[str]:
             if after - plotted:
                 out.append(f"title {title!r} sets the plot against {sorted(after - plotted)}")
     return out
+
+
+# --- theory lines in their measured line's colour (rankflow plot --theory) ----------------
+
+
+def theory_colour_problems(fig: Figure, gid: str = "theory") -> list[str]:
+    """Each line marked ``gid`` (a theory line) has the colour of the measured line it
+    starts on: the labelled line of its colour exists and, at the theory line's first x,
+    is the measured line nearest to it (log space on a log axis), within 1% there
+    (anchored). Empty: no defect; a figure with no theory line is one."""
+    fig.draw_without_rendering()
+    problems, found = [], 0
+    for i, ax in enumerate(fig.axes):
+        measured = [
+            ln
+            for ln in ax.get_lines()
+            if ln.get_gid() != gid and not ln.get_label().startswith("_") and len(ln.get_xdata())
+        ]
+        for th in (ln for ln in ax.get_lines() if ln.get_gid() == gid):
+            found += 1
+            x0, y0 = float(th.get_xdata()[0]), float(th.get_ydata()[0])
+
+            def gap(ln):
+                xs, ys = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
+                y = float(np.interp(x0, xs, ys))
+                return abs(np.log(y / y0)) if ax.get_yscale() == "log" else abs(y - y0)
+
+            if not measured:
+                problems.append(f"axes {i}: a theory line but no measured line")
+                continue
+            nearest = min(measured, key=gap)
+            if _rgb(nearest.get_color()) != _rgb(th.get_color()):
+                problems.append(
+                    f"axes {i}: theory line from x={x0:g} in {th.get_color()} starts on "
+                    f"{nearest.get_label()!r}, drawn in {nearest.get_color()}"
+                )
+            elif gap(nearest) > 0.01 * (1 if ax.get_yscale() == "log" else abs(y0)):
+                problems.append(f"axes {i}: theory line from x={x0:g} not anchored on its line")
+    if not found:
+        problems.append("no theory line (gid 'theory') in the figure")
+    return problems
