@@ -47,19 +47,6 @@ def golden(name: str) -> pd.DataFrame:
     return pd.read_parquet(GOLDEN / f"{name}.parquet").rename(columns=RENAMED)
 
 
-# ``plots.common.setting_title`` (the subtitle of the core figures) still prints σ=0 for
-# dynamics without noise: the helper fixing ``rankflow plot`` owns it. Until then the core
-# figures are reviewed without that one defect, and
-# ``test_setting_title_sets_no_sigma_for_noiseless_dynamics`` (strict xfail) holds it.
-SETTING_SIGMA = "sets a noise parameter ('\\\\sigma$=0')"
-
-
-def check_setting_figure(fig: Figure, dynamics=None, name: str = "", **kwargs) -> None:
-    """:func:`check_figure`, less the pending σ=0 of ``setting_title``'s subtitle."""
-    problems = [p for p in figure_problems(fig, dynamics, **kwargs) if SETTING_SIGMA not in p]
-    assert not problems, "\n  ".join([f"figure {name!r}", *problems])
-
-
 def written(monkeypatch, writer, *args, **kwargs) -> list[Figure]:
     """The figures that ``writer(*args, **kwargs)`` saves, in order."""
     with capture_figures(monkeypatch) as figs:
@@ -83,7 +70,7 @@ def demo_figure(monkeypatch, tmp_path) -> Figure:
 
 def test_demo_figure(monkeypatch, tmp_path):
     fig = demo_figure(monkeypatch, tmp_path)
-    check_setting_figure(fig, {"gd"}, "demo", t_end=golden("run_demo")["t"].max())
+    check_figure(fig, {"gd"}, "demo", t_end=golden("run_demo")["t"].max())
     ax_c = fig.axes[2]
     markers = {m.get_color(): m for m in ax_c.lines if m.get_linestyle() == "None"}
     for line in (ln for ln in ax_c.lines if ln.get_linestyle() == "--"):
@@ -108,11 +95,11 @@ def test_balance_figure_titles_the_dynamics_it_plots():
     gd = golden("run_demo")
     ax_b = core_plots.balance_figure(gd, target_sv=DEMO_SV).axes[1]
     assert ax_b.get_title().startswith("(b) GD") and "T5" in ax_b.get_title()
-    check_setting_figure(ax_b.get_figure(), {"gd"})
+    check_figure(ax_b.get_figure(), {"gd"})
     flow = gd.assign(**{"dynamics.kind": "gradient_flow"})
     fig = core_plots.balance_figure(flow, target_sv=DEMO_SV)
     assert "gradient flow" in fig.axes[1].get_title() and "T4" in fig.axes[1].get_title()
-    check_setting_figure(fig, {"gradient_flow"})
+    check_figure(fig, {"gradient_flow"})
     with pytest.raises(AssertionError, match="not plotted"):
         check_figure(fig, {"gd"})  # a GD table under gradient flow's title fails
 
@@ -140,7 +127,7 @@ def test_reproduce_toy_figures(monkeypatch, tmp_path):
 
     balance, spectrum = reproduce_figures(monkeypatch, tmp_path, toy)
     t_end = golden("reproduce__toy")["t"].max()
-    check_setting_figure(balance, {"gd"}, "toy_balance", t_end=t_end)
+    check_figure(balance, {"gd"}, "toy_balance", t_end=t_end)
     check_figure(spectrum, {"gd"}, "toy_spectrum", t_end=t_end)
 
 
@@ -403,7 +390,7 @@ def test_quick_plot_groups_every_swept_column(monkeypatch, tmp_path, hue):
         assert len({ln.get_color() for ln in ax.lines}) == 2
         assert len({ln.get_linestyle() for ln in ax.lines}) == 2
     assert "pooled" not in ax.get_title().lower()
-    check_setting_figure(fig, {"gd"}, "quick_plot λ × η", t_end=df["t"].max())
+    check_figure(fig, {"gd"}, "quick_plot λ × η", t_end=df["t"].max())
 
 
 def test_quick_plot_says_what_it_pooled(monkeypatch):
@@ -420,7 +407,7 @@ def test_quick_plot_of_captured_runs(monkeypatch, tmp_path, name):
     df = golden(name)
     (fig,) = written(monkeypatch, plots.quick_plot, df, logy=True, out_path=tmp_path / "q")
     kinds = set(df["dynamics.kind"].unique())
-    check_setting_figure(fig, kinds, f"quick_plot {name}", t_end=df["t"].max())
+    check_figure(fig, kinds, f"quick_plot {name}", t_end=df["t"].max())
 
 
 # --- attention -----------------------------------------------------------------------------
@@ -736,9 +723,10 @@ def test_checks_find_a_panel_short_of_the_run_end():
         check_figure(fig, t_end=5000)
 
 
-@pytest.mark.xfail(strict=True, reason="setting_title prints σ=0 for GD (plots/common.py)")
-def test_setting_title_sets_no_sigma_for_noiseless_dynamics(monkeypatch, tmp_path):
-    """The demo's subtitle (``setting_title``) names no σ for GD: pending in
-    ``plots/common.py``; when it lands this test passes, and strict xfail fails it so that
-    the marker and :data:`SETTING_SIGMA` go."""
-    check_figure(demo_figure(monkeypatch, tmp_path), {"gd"}, "demo subtitle")
+def test_mutant_demo_subtitle_with_sigma_fails_the_review(monkeypatch, tmp_path):
+    """The demo's old subtitle set σ=0 for GD (``setting_title``)."""
+    fig = demo_figure(monkeypatch, tmp_path)
+    assert "sigma" not in fig.get_suptitle()
+    fig.suptitle(fig.get_suptitle().replace(", init.scale", r", $\sigma$=0, init.scale"))
+    with pytest.raises(AssertionError, match="sets a noise parameter"):
+        check_figure(fig, {"gd"}, "demo (mutant: σ=0 in the subtitle)")
