@@ -278,3 +278,19 @@ def test_the_summary_of_a_weak_table_gives_each_observables_halvings_and_verdict
     ]
     assert verdicts[1].endswith("1.206 ± 0.173, 0.981 ± 0.126, 1.026 ± 0.087: pass")
     assert "- `verdict.parquet`, `verdict.csv`: judged from the orders" in text
+
+
+def test_the_issues_halvings_read_not_yet_asymptotic():
+    """Issue #41's user: halvings 1.6, 1.18, 1.07 (computed by hand from order.csv). The
+    fit over all η, 1.273 ± 0.087 (the issue's 1.27 ± 0.09), fails; the last halving is
+    within 0.15 of 1: not yet asymptotic."""
+    eta = 0.1 / 2.0 ** np.arange(4)
+    distance = 0.2 / 2.0 ** np.cumsum([0.0, 1.6, 1.18, 1.07])
+    setting = {k: [0.0] * 4 for k in rankflow.compare.SETTING}
+    order = pd.DataFrame(setting | {"dynamics.eta": eta, "horizon": 10.0})
+    order = _refit(order, distance)
+    judged = judge({"order": order})
+    np.testing.assert_allclose(judged["halvings"]["halving_order"], [1.6, 1.18, 1.07], rtol=1e-13)
+    v = judged["verdict"].iloc[0]
+    assert v["order"] == pytest.approx(1.273, abs=1e-3) and v["order_stderr"] < ORDER_TOL
+    assert v["verdict"] == "fail" and v["reading"].startswith("not yet asymptotic")
