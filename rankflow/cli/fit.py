@@ -39,9 +39,10 @@ def table_text(df) -> str:
         bracket = f"[{_num(lo)}, {_num(hi)}]" if math.isfinite(lo) else r["source"]
         end = r["end"] + (f" ({_num(r['slow_ratio'], 3)})" if r["end"] == "slower phase" else "")
         window = f"{r['t_min']:g}-{r['t_max']:g}"
+        ratio = f"{_num(r['ratio'])} ± {_num(r['ratio_se'])}"
         lines.append(
             f"{r.get('run_id', 0):>4} {r['series']:<14} {r['dynamics.kind']:<13} "
-            f"{_num(r['ratio']) + ' ± ' + _num(r['ratio_se']):>18} {bracket:>19} {r['verdict']:<7} {window:>15}  {end}"
+            f"{ratio:>18} {bracket:>19} {r['verdict']:<7} {window:>15}  {end}"
         )
     return "\n".join(lines)
 

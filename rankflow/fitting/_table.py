@@ -91,7 +91,9 @@ def _series_columns(df: pd.DataFrame, column: str) -> list[str]:
     )
     if column == "balance_gap" and depth:
         return depth  # depth L ≥ 3: one series per pair (T12)
-    raise ConfigError(f"column: no column {column!r} in the table; columns: {', '.join(df.columns)}")
+    raise ConfigError(
+        f"column: no column {column!r} in the table; columns: {', '.join(df.columns)}"
+    )
 
 
 def _clock(run: pd.DataFrame, eta: float) -> np.ndarray:

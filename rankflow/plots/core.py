@@ -110,11 +110,8 @@ def quick_plot(
             raise KeyError(f"quick_plot: no column {col!r} in the table")
     df = df.reset_index(drop=True)
     own = ax is None
-    if ax is None:
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
-        ax = fig.add_subplot()
-    else:
-        fig = ax.get_figure(root=True)
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained") if own else ax.get_figure(root=True)
+    ax = fig.add_subplot() if own else ax
 
     others = swept_columns(df, exclude=(hue, x, y))
     hue_values = _sorted_unique(df[[hue]]) if hue is not None else [()]
@@ -138,11 +135,8 @@ def quick_plot(
         style = LINESTYLES[other_values.index(rest) % len(LINESTYLES)] if hue is not None else "-"
         label = ", ".join(value_label(c, v) for c, v in zip(keys, combo, strict=True)) or None
         idx = df.index[sel]
-        line = draw_median(
-            ax, df.loc[idx], x, vals.loc[idx], log=logy, color=color, ls=style, label=label
-        )
-        if line is not None:
-            drawn.append((idx, line))
+        kw = dict(log=logy, color=color, ls=style, label=label)
+        drawn.append((idx, draw_median(ax, df.loc[idx], x, vals.loc[idx], **kw)))
     if theory is not None:
         theory_lines(ax, df, theory, drawn)
 
@@ -152,12 +146,7 @@ def quick_plot(
     ax.set_ylabel(axis_label(y))
     ax.grid(True, which="major", alpha=0.3)
     if (keys or theory is not None) and ax.lines:
-        legend_title = axis_label(hue) if keys == [hue] else ", ".join(map(_symbol, keys))
-        outside = len(ax.get_legend_handles_labels()[1]) > 4  # beside the axes, not over lines
-        where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)} if outside else {}
-        ax.legend(title=legend_title or None, fontsize="small", **where)
-        if outside and own:  # room for the legend beside the axes
-            fig.set_size_inches(10.4, 4.4)
+        _legend(ax, axis_label(hue) if keys == [hue] else ", ".join(map(_symbol, keys)), own)
     if title is None:
         title = f"{y} vs {x}: " + _pooling_text(df, pooled)
         setting = setting_title(df, skip=tuple(keys + pooled))
@@ -167,6 +156,16 @@ def quick_plot(
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+def _legend(ax: Axes, title: str, own: bool) -> None:
+    """The legend: beside the axes (not over its lines) past 4 entries, the figure widened
+    for it when quick_plot made the figure (``own``); else where it covers least."""
+    outside = len(ax.get_legend_handles_labels()[1]) > 4
+    where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0)} if outside else {"loc": "best"}
+    ax.legend(title=title or None, fontsize="small", **where)
+    if outside and own:
+        ax.get_figure(root=True).set_size_inches(10.4, 4.4)
 
 
 THEORY_GID = "theory"
@@ -182,7 +181,7 @@ def theory_lines(
     window's end. A line whose runs
     have no prediction (or not one prediction) says so in its legend entry."""
     laws = set()
-    for idx, line in drawn:
+    for idx, line in ((i, ln) for i, ln in drawn if ln is not None):
         runs = df.loc[idx, "run_id"].unique() if "run_id" in df.columns else [0]
         rows = table[table["run_id"].isin(runs)] if "run_id" in table.columns else table
         lows = rows["predicted_low"].to_numpy(float)

@@ -94,7 +94,10 @@ def test_fit_command_writes_fit_csv_and_prints_the_table(completion, capsys):
     table = pd.read_csv(out / "fit.csv")
     assert len(table) == 2 and set(table["verdict"]) == {"pass"}
     assert "slower phase" in text and "T5" not in text.splitlines()[0]
-    assert main(["fit", str(out), "--t-min", "100", "--t-max", "400", "--out", str(out / "w.csv")]) == 0
+    assert (
+        main(["fit", str(out), "--t-min", "100", "--t-max", "400", "--out", str(out / "w.csv")])
+        == 0
+    )
     window = pd.read_csv(out / "w.csv")
     assert (window["t_min"] == 100).all() and (window["t_max"] == 400).all()
     assert (window["end"] == "t_max (set)").all()

@@ -31,7 +31,8 @@ def test_none_the_law_to_the_end_of_run():
 
 def test_floor_ends_the_window_at_the_known_break():
     """A noisy law reaching a noise floor at k = 1000: the window ends at most five saves
-    before it and never after, named floor, and the fit over it passes (over the whole run it fails)."""
+    before it and never after, named floor, and the fit over it passes (over the whole
+    run it fails)."""
     y = _noisy(np.maximum(LAW, LAW[100]), 0.02)
     w = find_window(K, y, P.low, P.high)
     assert w.end == "floor" and 1000 - 50 <= K[w.stop - 1] <= 1000, w  # never past it

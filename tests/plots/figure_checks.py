@@ -654,23 +654,25 @@ def theory_colour_problems(fig: Figure, gid: str = "theory") -> list[str]:
         for th in (ln for ln in ax.get_lines() if ln.get_gid() == gid):
             found += 1
             x0, y0 = float(th.get_xdata()[0]), float(th.get_ydata()[0])
-
-            def gap(ln):
-                xs, ys = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
-                y = float(np.interp(x0, xs, ys))
-                return abs(np.log(y / y0)) if ax.get_yscale() == "log" else abs(y - y0)
-
             if not measured:
                 problems.append(f"axes {i}: a theory line but no measured line")
                 continue
-            nearest = min(measured, key=gap)
+            gaps = [_gap_at(ax, ln, x0, y0) for ln in measured]
+            nearest = measured[int(np.argmin(gaps))]
             if _rgb(nearest.get_color()) != _rgb(th.get_color()):
                 problems.append(
                     f"axes {i}: theory line from x={x0:g} in {th.get_color()} starts on "
                     f"{nearest.get_label()!r}, drawn in {nearest.get_color()}"
                 )
-            elif gap(nearest) > 0.01 * (1 if ax.get_yscale() == "log" else abs(y0)):
+            elif min(gaps) > 0.01 * (1 if ax.get_yscale() == "log" else abs(y0)):
                 problems.append(f"axes {i}: theory line from x={x0:g} not anchored on its line")
     if not found:
         problems.append("no theory line (gid 'theory') in the figure")
     return problems
+
+
+def _gap_at(ax: Axes, line: Line2D, x0: float, y0: float) -> float:
+    """How far ``line`` passes from ``(x0, y0)`` vertically (in log on a log axis)."""
+    xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    y = float(np.interp(x0, xs, ys))
+    return abs(np.log(y / y0)) if ax.get_yscale() == "log" else abs(y - y0)
