@@ -106,10 +106,29 @@ def attention_rank_figure(heads: pd.DataFrame, out_path: str | Path | None = Non
         + "\n".join(_rank_change(df[df["pair"] == pair], pair) for pair in ("qk", "vo"))
         + "\n"
         + _attention_setting(df)
+        + _left_out(heads)
     )
     if out_path is not None:
         save_figure(fig, out_path)
     return fig
+
+
+def _left_out(heads: pd.DataFrame) -> str:
+    """The runs not ``ok`` at their last step, which the rank panels leave out: "2 runs
+    diverged before the last step (λ_qk = 10 and λ_vo = 10): left out" (empty when none)."""
+    if "status" not in heads.columns:
+        return ""
+    last = heads[heads["t"] == heads.groupby("run_id")["t"].transform("max")]
+    bad = last[last["status"] != "ok"].drop_duplicates("run_id")
+    if not len(bad):
+        return ""
+    lams = " and ".join(
+        f"λ_{pair} = " + ", ".join(f"{v:g}" for v in np.unique(bad[f"train.lam_{pair}"]))
+        for pair in ("qk", "vo")
+    )
+    how = "/".join(sorted(set(bad["status"].astype(str))))
+    n = len(bad)
+    return f"\n{n} run{'s' * (n != 1)} {how} before the last step ({lams}): left out"
 
 
 def _rank_change(d: pd.DataFrame, pair: str) -> str:

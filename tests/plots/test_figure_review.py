@@ -730,3 +730,18 @@ def test_mutant_demo_subtitle_with_sigma_fails_the_review(monkeypatch, tmp_path)
     fig.suptitle(fig.get_suptitle().replace(", init.scale", r", $\sigma$=0, init.scale"))
     with pytest.raises(AssertionError, match="sets a noise parameter"):
         check_figure(fig, {"gd"}, "demo (mutant: σ=0 in the subtitle)")
+
+
+def test_attention_rank_title_names_the_runs_it_leaves_out():
+    """Runs not ok at their last step are not drawn: the title says how many, and where."""
+    heads = golden("reproduce__attention_rank__heads")
+    top = heads["train.lam_qk"].max()
+    last = heads["t"] == heads.groupby("run_id")["t"].transform("max")
+    hit = last & (heads["train.lam_qk"] == top)
+    fig = plots.attention_rank_figure(heads.assign(status=np.where(hit, "diverged", "ok")))
+    runs = heads.loc[hit, "run_id"].nunique()
+    lam = f"{top:g}"
+    assert f"{runs} runs diverged before the last step (λ_qk = {lam}" in fig.get_suptitle()
+    assert f"to {lam} (means" not in fig.get_suptitle()  # the largest λ drawn is smaller
+    check_figure(fig, {"adamw"}, "attention rank, runs left out")
+    assert "left out" not in plots.attention_rank_figure(heads).get_suptitle()
