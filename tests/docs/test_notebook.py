@@ -1,11 +1,13 @@
 """The notebook examples/own_sweep.ipynb (issue #41, item 8): committed without outputs,
 executed here with nbclient (kernel ``python3``) in the default run, its results read
 back from the kernel and checked against the theory: ``rankflow.fit``'s table (T5's
-bracket over each run's early window, the slower phase named where it is), and
+bracket over each run's early window, the slower phase named where it is), the figure
+with each run's prediction (``quick_plot(..., theory=fits)``, pickled back), and
 ``compare``'s order in η (T8) and T5's exact step. Each check is shown to fail on a
-plausible wrong version (the rate over ηλ, no slower phase named, a zeroth- or
-second-order scheme, GD's leading factor (1 − ηλ)² taken for T5's exact step, a cell that
-raises; a notebook that computes nothing fails reading its tables back).
+plausible wrong version (the rate over ηλ, no slower phase named, a theory line in
+another run's colour or none, a zeroth- or second-order scheme, GD's leading factor
+(1 − ηλ)² taken for T5's exact step, a cell that raises; a notebook that computes nothing
+fails reading its tables back).
 
 The checks are pure functions of what the notebook computed, so the wrong versions cost
 no second execution. The whole notebook runs in one kernel from a temporary folder (it
@@ -14,9 +16,12 @@ writes nothing); measured 2026-12-04 on the shared 2-core AMD EPYC: see the docs
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import pickle
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -35,7 +40,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 # What the test reads back from the kernel after the notebook's own cells: the tables it
 # made, as JSON (columns → lists).
 REPORT_CELL = """
-import json
+import base64, json, pickle
+print("figure:", base64.b64encode(pickle.dumps(fig)).decode())
 print("numbers:", json.dumps({
     "fits": fits.drop(columns="bracket").to_dict("list"),
     "sweep": sweep.to_dict("list"),
@@ -44,6 +50,8 @@ print("numbers:", json.dumps({
 }))
 """
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+sys.path.insert(0, str(ROOT / "tests" / "plots"))
+from figure_checks import figure_problems, theory_colour_problems  # noqa: E402
 
 
 def failure(nb, path: Path | str) -> str:
@@ -72,17 +80,25 @@ def execute(nb, cwd: Path, path: Path | str = NOTEBOOK, timeout: int = 600):
     return nb
 
 
-def printed_numbers(nb) -> dict:
-    """The JSON of the last cell's ``numbers:`` line."""
+def printed(nb, name: str) -> str:
+    """What the last cell printed on its line ``NAME: …``."""
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o["output_type"] == "stream")
-    (line,) = [x for x in text.splitlines() if x.startswith("numbers: ")]
-    return json.loads(line[len("numbers: ") :])
+    (line,) = [x for x in text.splitlines() if x.startswith(f"{name}: ")]
+    return line[len(name) + 2 :]
+
+
+def printed_numbers(nb) -> dict:
+    """The tables the notebook made, as JSON (columns → lists)."""
+    return json.loads(printed(nb, "numbers"))
+
+
+def printed_figure(nb):
+    """The balance-gap figure the notebook drew (a matplotlib Figure, pickled)."""
+    return pickle.loads(base64.b64decode(printed(nb, "figure")))
 
 
 def images(nb) -> list[bytes]:
     """Every PNG the notebook displayed."""
-    import base64
-
     return [
         base64.b64decode(o["data"]["image/png"])
         for c in nb.cells
@@ -201,10 +217,24 @@ def test_the_notebook_runs_and_its_comparison_agrees_with_the_theory(executed):
     assert t5_errors(dict(sweep, t5_deviation_max=list(leading))) != []
 
 
-def test_the_notebook_draws_its_figures(executed):
+def test_the_notebook_draws_the_gap_with_each_runs_prediction(executed):
+    """The figure it shows passes the figure review (tests/plots/figure_checks.py) and
+    has each run's theory line in the run's colour, anchored on it; the same figure with
+    a theory line recoloured, or with none, fails."""
     pngs = images(executed)
-    assert len(pngs) >= 1
-    assert all(p[:8] == PNG and len(p) > 20_000 for p in pngs)
+    assert len(pngs) == 1 and pngs[0][:8] == PNG and len(pngs[0]) > 20_000
+    fig = printed_figure(executed)
+    # Not t_end: the theory lines and their ticks end at the fit's window, by design.
+    assert figure_problems(fig, ["gd"]) == []
+    assert theory_colour_problems(fig) == []
+    (ax,) = fig.axes
+    theory = [ln for ln in ax.get_lines() if ln.get_gid() == "theory"]
+    assert len(theory) == 4
+    theory[0].set_color(theory[-1].get_color())
+    assert len(theory_colour_problems(fig)) == 1
+    for line in theory:
+        line.remove()
+    assert theory_colour_problems(fig) == ["no theory line (gid 'theory') in the figure"]
 
 
 def test_a_failing_cell_is_reported_with_its_source_and_error(tmp_path):
