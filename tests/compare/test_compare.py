@@ -146,7 +146,7 @@ def test_cli_compare_momentum_example(tmp_path, capsys):
         f"(T8: 1 ± 0.15); per halving {halvings}: pass"
     )
     assert line in printed.splitlines() and halvings == "0.935, 0.969"
-    assert printed.splitlines()[-1] == "verdict: 1 of 1 fitted orders pass"
+    assert printed.splitlines()[-1] == "verdict: 1 of 1 fitted orders pass, 0 fail"
     summary = (out / "summary.md").read_text()
     assert "| 0.05 | 0.1 | 200 |" in summary and f"| {halvings.split(', ')[0]} |" in summary
     assert (out / "trajectory.png").is_file() and not (out / "contraction.png").exists()

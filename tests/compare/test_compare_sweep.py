@@ -134,7 +134,7 @@ def test_every_point_prints_its_halving_orders_and_verdict(gd_sweep):
     assert [line.split(" (")[0] for line in lines] == [f"point {i}" for i in range(6)]
     assert all(line.endswith(": pass") and "(T8: 1 ± 0.15); per halving " in line for line in lines)
     assert lines[4].startswith("point 4 (dynamics.lam=0.1, dynamics.eta=0.05): order")
-    assert printed.splitlines()[-1] == "verdict: 6 of 6 fitted orders pass"
+    assert printed.splitlines()[-1] == "verdict: 6 of 6 fitted orders pass, 0 fail"
 
 
 def test_each_structure_compiles_once_per_side(gd_sweep):

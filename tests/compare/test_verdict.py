@@ -84,7 +84,7 @@ def test_the_sweep_prints_halvings_and_a_verdict_per_point_and_exits_1(two_point
     assert "per halving 1.031, 1.014, 1.007: pass" in lines[0]
     assert lines[1].startswith("point 1 (dynamics.eta=0.6): order of the distance in η 1.169")
     assert "per halving 1.490, 1.046, 1.011: fail; not yet asymptotic" in lines[1]
-    assert "verdict: 1 of 2 fitted orders pass" in printed
+    assert "verdict: 1 of 2 fitted orders pass, 1 fail" in printed
     assert code == 1  # one verdict fails: the exit status says so, the files are written
     v = tables["verdict"]
     assert list(v.columns) == ["point", "sweep.dynamics.eta", *COLUMNS["verdict"]]
