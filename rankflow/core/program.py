@@ -3,7 +3,9 @@
 A *point* is one resolved config (a sweep expands into many). Points that differ only
 in the numeric keys of ``config.NUMERIC_KEYS`` share one :class:`Program`: those
 values (and the Monte Carlo path index) are traced inputs, batched with ``vmap``, so a
-sweep over 100 values of λ compiles once.
+sweep over 100 values of λ compiles once. So is sgd's minibatch size
+(``config.PROGRAM_KEYS``): its runs draw ``dynamics.batch_pad`` points and use the first
+``dynamics.batch``.
 
 Programs save observables only (``SaveAt(ts, fn=...)`` for flows, a scan that computes
 them at the save steps for optimizers), never whole trajectories; with ``save.states``

@@ -17,6 +17,7 @@ from rankflow.core.observables import OBSERVABLES
 from rankflow.core.problems import Minibatch, draw_minibatch, make_problem
 from rankflow.core.program import TRACE_COUNTS, program_for
 from rankflow.core.vocabulary import batch_pads
+from rankflow.engine import programs
 
 BATCHES = [3, 4, 6, 9, 12]  # within 8× of each other: one group, drawn at 12
 
@@ -29,25 +30,42 @@ BASE = {
 }
 
 
-def test_a_sweep_over_5_batch_sizes_is_one_program_equal_to_5_separate_runs():
-    cfg = BASE | {"sweep": {"dynamics.batch": BATCHES}}
-    points = C.expand(C.resolve(cfg))
-    assert [p["dynamics"]["batch_pad"] for p in points] == [12] * 5
-    keys = {program_for(p).key for p in points}
-    assert len(keys) == 1 and TRACE_COUNTS[next(iter(keys))] == 0
+def _swept_against_separate_runs(cfg, sizes):
+    """The sweep's rows of each of ``sizes`` against a run of that size alone (drawn at its
+    own size, its own program), to float64 rounding; their final balance gaps."""
     swept = rankflow.run(cfg)
-    assert TRACE_COUNTS[next(iter(keys))] == 1  # one trace, one compilation, 5 batch sizes
     cols = list(OBSERVABLES) + ["sv_1", "sv_2", "sv_3"]
-    assert sorted(swept["dynamics.batch"].unique()) == BATCHES
     finals = []
-    for b in BATCHES:
+    for b in sizes:
         alone = rankflow.run(BASE | {"dynamics": BASE["dynamics"] | {"batch": b}})
         mine = swept[swept["dynamics.batch"] == b]
         np.testing.assert_allclose(
             mine[cols].to_numpy(), alone[cols].to_numpy(), rtol=1e-12, atol=1e-13
         )
         finals.append(float(alone["balance_gap"].iloc[-1]))
-    # The sizes run differently (the equality above is not of five copies of one run).
+    return swept, finals
+
+
+def test_a_sweep_over_5_batch_sizes_is_one_program_and_equals_a_separate_run():
+    """One trace for the five sizes; the smallest (drawn at 12, using 3) equals its run
+    drawn at 3 (two compilations in all: the 5-run comparison is in the slow set)."""
+    cfg = BASE | {"sweep": {"dynamics.batch": BATCHES}}
+    points = C.expand(C.resolve(cfg))
+    assert [p["dynamics"]["batch_pad"] for p in points] == [12] * 5
+    keys = {program_for(p).key for p in points}
+    assert len(keys) == 1 and TRACE_COUNTS[next(iter(keys))] == 0
+    swept, _ = _swept_against_separate_runs(cfg, BATCHES[:1])
+    assert TRACE_COUNTS[next(iter(keys))] == 1  # one trace, one compilation, 5 batch sizes
+    assert sorted(swept["dynamics.batch"].unique()) == BATCHES
+    # The sizes run differently (the sweep is not five copies of one run).
+    finals = swept.groupby("dynamics.batch")["balance_gap"].last().to_numpy()
+    assert min(abs(a - b) for a, b in combinations(finals, 2)) > 1e-6
+
+
+@pytest.mark.slow  # five more compilations
+def test_a_sweep_over_5_batch_sizes_equals_5_separate_runs():
+    cfg = BASE | {"sweep": {"dynamics.batch": BATCHES}}
+    _, finals = _swept_against_separate_runs(cfg, BATCHES)
     assert min(abs(a - b) for a, b in combinations(finals, 2)) > 1e-6
 
 
@@ -62,33 +80,47 @@ def test_a_padded_minibatch_is_the_unpadded_draw_and_loss():
             C.resolve({"x64": True, "problem": {"kind": kind, "m": 4, "n": 3, "samples": 30}})
         )[0]
         problem = make_problem(point)
+        loss = jax.value_and_grad(problem.batch_loss)
+
+        @jax.jit
+        def both(W, data, loss=loss):  # one compilation per problem
+            out = []
+            for b in (5, 16):
+                drawn = draw_minibatch(key, 30, b, 16)
+                plain = jax.random.choice(key, 30, (b,), replace=False)
+                same = (drawn.idx[:b] == plain).all()
+                out.append((same, loss(W, data, plain), loss(W, data, drawn), drawn.idx))
+            return out
+
         with jax.enable_x64(True):
             data = problem.make_data(jax.random.PRNGKey(1), 0.1, jnp.float64)
             W = jax.random.normal(jax.random.PRNGKey(2), (4, 3), jnp.float64)
-            loss = jax.jit(jax.value_and_grad(problem.batch_loss))
-            for b in (1, 5, 16):
-                drawn = draw_minibatch(key, 30, b, 16)
-                plain = jax.random.choice(key, 30, (b,), replace=False)
-                assert (drawn.idx[:b] == plain).all()
-                want, want_grad = loss(W, data, plain)
-                got, got_grad = loss(W, data, drawn)
+            for b, (same, (want, want_grad), (got, got_grad), idx) in zip((5, 16), both(W, data)):
+                assert bool(same)
                 assert abs(float(got - want)) <= 1e-14 * abs(float(want))
                 np.testing.assert_allclose(got_grad, want_grad, rtol=1e-13)
                 if b < 16:  # wrong masks give other losses
-                    all_drawn, _ = loss(W, data, drawn.idx)
+                    all_drawn = problem.batch_loss(W, data, idx)
                     assert abs(float(all_drawn - want)) > 1e-6 * abs(float(want))
                     over_pad = got * b / 16
                     assert abs(float(over_pad - want)) > 1e-6 * abs(float(want))
 
 
+@pytest.mark.slow  # two programs of their own (compilations)
 def test_the_mask_ignored_makes_the_sweep_differ_from_separate_runs(monkeypatch):
     """Mutant: the padded loss as the mean over every drawn point (b ignored) — the swept
-    table then differs from the separate run of its smallest size."""
+    table then differs from the separate run of its smallest size. Its programs are
+    dropped after, so no later test reads the mutant."""
     wrong = lambda terms, idx: jnp.mean(terms)  # noqa: E731
     monkeypatch.setattr(problems_lib, "_batch_mean", wrong)
     cfg = BASE | {"save": {"t1": 5, "num": 6}, "sweep": {"dynamics.batch": [3, 12]}}
-    swept = rankflow.run(cfg)
-    alone = rankflow.run(cfg | {"sweep": {}, "dynamics": BASE["dynamics"] | {"batch": 3}})
+    alone_cfg = cfg | {"sweep": {}, "dynamics": BASE["dynamics"] | {"batch": 3}}
+    keys = [program_for(C.expand(C.resolve(c))[0]).key for c in (cfg, alone_cfg)]
+    try:
+        swept, alone = rankflow.run(cfg), rankflow.run(alone_cfg)
+    finally:
+        for key in keys:
+            programs.PROGRAMS.pop(key, None)
     gap = swept[swept["dynamics.batch"] == 3]["balance_gap"].to_numpy()
     assert np.max(np.abs(gap - alone["balance_gap"].to_numpy())) > 1e-6
 
