@@ -6,8 +6,10 @@ GD contracts D by (1 − ηλ)² per step plus an η² term (T5); near a minimum
 lies in the bracket [−log(1 − ηλ)², −log(1 − 2ηλ)]/(2ηλ), above 1 by O(ηλ).
 
 One ``rankflow.run`` per dynamics runs the whole λ × η grid as one compiled program
-(λ and η are numeric keys), on the paper's 5×5 toy problem in float64;
-``rankflow.theory.fit_rate`` fits the rate to each run's balance gap.
+(λ and η are numeric keys), on the paper's 5×5 toy problem in float64; ``rankflow.fit``
+fits the rate to each run's balance gap over the window where it follows the law (found
+automatically: it ends where the adaptive solve's error floor or rounding begins, named
+in its ``end``) and states the verdict against the run's own prediction.
 
     python examples/balance_decay.py [--quick] [--out DIR]
 """
@@ -37,24 +39,25 @@ CONFIG = {
 }
 FULL = {"dynamics.lam": [0.01, 0.02, 0.05, 0.1], "dynamics.eta": [0.05, 0.1, 0.2]}
 QUICK = {"dynamics.lam": [0.02, 0.1], "dynamics.eta": [0.1, 0.2]}
-# Fit only where ‖D‖ is above FLOOR·‖D(0)‖: below, the adaptive solve's absolute error
-# (atol 1e-8 on the entries of A and B) is no longer small beside D at the largest λ.
-FLOOR = 1e-6
 
 
-def fitted_rates(df, late: bool):
-    """One row per run: λ, η and the rate fitted to its balance gap over the saves above
-    the rounding floor; ``late``: only the later half of those (GD's late regime)."""
-    rows = []
-    for (lam, eta), run in df.groupby(["dynamics.lam", "dynamics.eta"]):
-        t, gap = run["t"].to_numpy(), run["balance_gap"].to_numpy()
-        keep = gap > FLOOR * gap[0]
-        t_max = t[keep].max()
-        t_min = t_max / 2 if late else 0.0
-        rate, se = theory.fit_rate(t[keep], gap[keep], t_min=t_min)
-        ratio, ratio_se = rate / (2 * eta * lam), se / (2 * eta * lam)
-        rows.append({"lam": lam, "eta": eta, "rate": rate, "ratio": ratio, "ratio_se": ratio_se})
-    return rows
+def fitted_rates(df):
+    """One row per run: λ, η, the rate fitted by ``rankflow.fit`` over its window (its end
+    ``t_max`` and what ends it), over 2ηλ with its standard error, and the verdict."""
+    fit = rankflow.fit(df).sort_values(["dynamics.lam", "dynamics.eta"])
+    return [
+        {
+            "lam": r["dynamics.lam"],
+            "eta": r["dynamics.eta"],
+            "rate": r["rate"],
+            "ratio": r["ratio"],
+            "ratio_se": r["ratio_se"],
+            "t_max": r["t_max"],
+            "end": r["end"],
+            "verdict": r["verdict"],
+        }
+        for r in fit.to_dict("records")
+    ]
 
 
 def figure(df_gf, gf, gd) -> Figure:
@@ -64,12 +67,15 @@ def figure(df_gf, gf, gd) -> Figure:
     rates = [2 * eta * lam for lam, eta in runs.groups]
     cmap = colormaps["viridis"]
     norm = LogNorm(min(rates), max(rates))
+    ends = {(r["lam"], r["eta"]): r["t_max"] for r in gf}
     for (lam, eta), run in runs:
         gap = run["balance_gap"].to_numpy()
         c = cmap(norm(2 * eta * lam) * 0.9)
         ax_a.semilogy(run["t"], gap / gap[0], color=c)
         ax_a.semilogy(run["t"], np.exp(-2 * eta * lam * run["t"]), "--", color="k", lw=0.6)
-    ax_a.axhline(FLOOR, color="C3", lw=0.8, ls=":", label="rates fitted above this")
+        end = ends[(lam, eta)]
+        ax_a.plot(end, float(np.exp(-2 * eta * lam * end)), "|", color="C3", ms=10, mew=1.5)
+    ax_a.plot([], [], "|", color="C3", ms=10, mew=1.5, label="end of the fitted window")
     ax_a.legend(fontsize="small", loc="upper right")
     fig.colorbar(ScalarMappable(norm, cmap), ax=ax_a, label="2ηλ")
     ax_a.set_ylim(1e-12, 2)
@@ -77,7 +83,7 @@ def figure(df_gf, gf, gd) -> Figure:
     ax_a.set_ylabel(r"$\|D(t)\|_F \,/\, \|D(0)\|_F$")
     ax_a.set_title(r"(a) gradient flow; dashed: $e^{-2\eta\lambda t}$")
 
-    for rows, marker, name in ((gf, "o", "gradient flow"), (gd, "^", "GD (late half)")):
+    for rows, marker, name in ((gf, "o", "gradient flow"), (gd, "^", "GD")):
         x = [2 * r["eta"] * r["lam"] for r in rows]
         ax_b.loglog(x, [r["rate"] for r in rows], marker, label=name, mfc="none")
     grid = np.geomspace(5e-4, 0.1, 10)
@@ -114,18 +120,18 @@ def main(argv: list[str] | None = None) -> dict:
     for kind in ("gradient_flow", "gd"):
         config = {**CONFIG, "dynamics": {"kind": kind}, "sweep": sweep}
         tables[kind] = rankflow.run(config)  # one row per run and save
-    gf = fitted_rates(tables["gradient_flow"], late=False)
-    gd = fitted_rates(tables["gd"], late=True)
+    gf = fitted_rates(tables["gradient_flow"])
+    gd = fitted_rates(tables["gd"])
     for r in gd:
         r["bracket"] = [float(b) for b in theory.gd_rate_bracket(r["eta"], r["lam"])]
 
-    print("     λ      η      2ηλ   GF rate/(2ηλ)   GD rate/(2ηλ)  GD bracket")
+    print("     λ      η      2ηλ   GF rate/(2ηλ)   GD rate/(2ηλ)  GD bracket          GF/GD end")
     for f, d in zip(gf, gd, strict=True):
         lo, hi = d["bracket"]
         two_eta_lam = 2 * f["eta"] * f["lam"]
         print(
             f"{f['lam']:6g} {f['eta']:6g} {two_eta_lam:8.4f}  {f['ratio']:14.9f}"
-            f"  {d['ratio']:14.6f}  [{lo:.6f}, {hi:.6f}]"
+            f"  {d['ratio']:14.6f}  [{lo:.6f}, {hi:.6f}]  {f['end']} / {d['end']}"
         )
     path = save_figure(figure(tables["gradient_flow"], gf, gd), args.out / "balance_decay.png")
     numbers = {"gradient_flow": gf, "gd": gd, "figures": [str(path)]}

@@ -60,7 +60,7 @@ def _within(t, t_min, t_max) -> tuple[int, int]:
     return lo, hi
 
 
-def _window(t, y, pred: Prediction, t_min, t_max, scale, eps) -> tuple[int, int, str, int]:
+def _window(t, y, pred: Prediction, t_min, t_max, scale, eps, noisy) -> tuple[int, int, str, int]:
     """``(start, stop, end, tail_stop)``: the user's ``[t_min, t_max]``, its end found
     automatically when only ``t_min`` is set (and a prediction exists)."""
     lo, hi = _within(t, t_min, t_max)
@@ -68,8 +68,9 @@ def _window(t, y, pred: Prediction, t_min, t_max, scale, eps) -> tuple[int, int,
         return lo, hi, "t_max (set)" if t_max is not None else "end of run", hi
     sc = None if scale is None else scale[lo:hi]
     w = find_window(
-        t[lo:hi], y[lo:hi], pred.low, pred.high, scale=sc, eps=eps, from_start=t_min is not None
-    )
+        t[lo:hi], y[lo:hi], pred.low, pred.high, scale=sc, eps=eps,
+        from_start=t_min is not None, noisy=noisy,
+    )  # fmt: skip
     return lo + w.start, lo + w.stop, w.end, lo + w.tail_stop
 
 
@@ -84,6 +85,7 @@ def fit_series(
     eps: float = 0.0,
     z: float = Z,
     slack: float = SLACK,
+    noisy: bool = True,
 ) -> dict:
     """The fit of one series ``y(t)`` (``t`` in the prediction's clock: steps, or T11's
     accumulated learning rate over the peak one) against ``pred``: a dict of the window
@@ -91,7 +93,8 @@ def fit_series(
     save``, ``end``: what ends it), ``rate``, ``rate_se``, ``verdict``, ``tolerance``
     and, after a break, the following phase's ``slow_rate``, ``slow_rate_se``,
     ``slow_t_min``, ``slow_t_max``. The window is found automatically unless
-    ``t_min``/``t_max`` is given; ``scale``, ``eps``: :func:`find_window`'s rounding level.
+    ``t_min``/``t_max`` is given; ``scale``, ``eps``, ``noisy``: :func:`find_window`'s
+    rounding level and whether the series has noise.
 
     Examples:
         >>> import numpy as np
@@ -106,7 +109,7 @@ def fit_series(
     t, y = t[keep], y[keep]
     if scale is not None:
         scale = np.broadcast_to(np.asarray(scale, np.float64), keep.shape)[keep]
-    lo, hi, end, tail = _window(t, y, pred, t_min, t_max, scale, eps)
+    lo, hi, end, tail = _window(t, y, pred, t_min, t_max, scale, eps, noisy)
     rate, se = _fit(t, y, lo, hi)
     slow, slow_se = _fit(t, y, hi, tail) if end in ("slower phase", "floor") else (np.nan,) * 2
     judged, tol = verdict(rate, se, pred, z=z, slack=slack)

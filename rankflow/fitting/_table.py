@@ -27,6 +27,7 @@ __all__ = ["UNIT_COLUMNS", "fit", "scheduled_clock"]
 
 UNIT_COLUMNS = ("layer", "pair", "head")
 CONTINUOUS = ("gradient_flow", "stochastic_flow", "momentum_flow")
+NOISELESS = ("gradient_flow", "momentum_flow", "momentum_flow_coupled", "gd", "momentum")
 
 
 def scheduled_clock(eta: float, lam: float, steps: np.ndarray, schedule: Schedule | None):
@@ -189,7 +190,7 @@ def fit(
         for col in columns:
             row = fit_series(
                 _clock(mean, eta), mean[col].to_numpy(), pred, t_min=t_min, t_max=t_max,
-                scale=scale, eps=eps, z=z, slack=slack,
+                scale=scale, eps=eps, z=z, slack=slack, noisy=kind not in NOISELESS,
             )  # fmt: skip
             rows.append(_row(ident, col, kind, eta, lam, pred, row, mean, cfg, first))
     return pd.DataFrame(rows)

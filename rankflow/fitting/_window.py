@@ -12,9 +12,10 @@ prediction's bracket ``[low, high]``:
   that is followed by :data:`HYSTERESIS` more below it, and after which the median local
   rate stays below (a noisy save does not end it); or where the gap reaches the dtype's
   rounding level, ``ROUNDING·eps·scale`` with ``scale = ‖A‖² + ‖B‖²``; after a break the
-  window ends at the middle of the last local fit before it that is still in the bracket
-  (within ``START_SLACK`` and ``Z_TAIL`` of its standard errors), so a gradual change of
-  regime is not fitted as the law;
+  window ends at the first local fit off the law (outside the bracket by more than
+  ``START_SLACK``, or ``EXACT_SLACK`` for an exact law, and ``Z_LAW`` of its standard
+  errors) that stays off for :data:`HYSTERESIS` more, so the gradual departure before
+  the break (a solver's error floor, a change of regime) is not fitted as the law;
 - the end is named (:data:`REGIMES`): ``rounding``; ``floor`` (what follows decays at
   less than ``FLOOR·low``: the gap stopped decaying); ``slower
   phase`` (it decays, clearly slower than the law); ``end of run`` (no break). The
@@ -40,7 +41,8 @@ HYSTERESIS = 2  # off-law local rates after the first one that a break needs
 FLOOR = 0.05  # a later phase slower than FLOOR·low is a floor, not a slower phase
 ROUNDING = 100.0  # gap ≤ ROUNDING·eps·(‖A‖² + ‖B‖²): at the dtype's rounding level
 START_SLACK = 2e-3  # relative: a local rate above high·(1 + this) is a faster transient
-Z_TAIL = 2.0  # standard errors of a local rate allowed above the law at the start
+EXACT_SLACK = 1e-4  # relative: a local rate this far from an exact law is off it
+Z_LAW = 4.0  # standard errors of a local rate within which it is on the law
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,23 @@ def local_rates(t: np.ndarray, y: np.ndarray, span: int) -> tuple[np.ndarray, np
     return rates, ses
 
 
-def _on_law(rates, ses, low: float, high: float) -> np.ndarray:
-    """Local rates in ``[low, high]`` up to :data:`START_SLACK` and Z_TAIL standard errors."""
-    se = Z_TAIL * np.where(np.isfinite(ses), ses, 0.0)
-    return (rates >= low * (1 - START_SLACK) - se) & (rates <= high * (1 + START_SLACK) + se)
+def _on_law(rates, ses, low: float, high: float, noisy: bool) -> np.ndarray:
+    """Local rates in ``[low, high]`` up to a relative slack (:data:`EXACT_SLACK` for an
+    exact law, ``low == high``; :data:`START_SLACK` for a bracket) and, for noisy data or
+    a bracket, :data:`Z_LAW` standard errors (a deterministic exact law gets none: its
+    local fits' scatter is the departure, a solver's error floor)."""
+    rel = EXACT_SLACK if high == low else START_SLACK
+    z = Z_LAW if noisy or high > low else 0.0
+    se = z * np.where(np.isfinite(ses), ses, 0.0)
+    return (rates >= low * (1 - rel) - se) & (rates <= high * (1 + rel) + se)
+
+
+def _law_ends(on: np.ndarray) -> int | None:
+    """The first local fit off the law that :data:`HYSTERESIS` more off it follow."""
+    for i in range(len(on)):
+        if not on[i : i + HYSTERESIS + 1].any():
+            return i
+    return None
 
 
 def _start(rates: np.ndarray, high: float) -> int:
@@ -107,12 +122,15 @@ def find_window(
     scale=None,
     eps: float = 0.0,
     from_start: bool = False,
+    noisy: bool = True,
 ) -> Window:
     """The saves of ``y(t)`` (``t`` increasing, ``y > 0`` finite) that follow a decay law
     of per-``t`` rate in ``[low, high]`` (``low > 0``), and what ends them; ``scale``
     (per save, or one number) and ``eps`` the rounding level's ``‖A‖² + ‖B‖²`` and the
     dtype's machine epsilon (``eps = 0``: no rounding check); ``from_start``: the window
-    starts at the first save (no transient left out: a user's ``t_min``).
+    starts at the first save (no transient left out: a user's ``t_min``); ``noisy``: the
+    series has noise (minibatches, Brownian paths), so local fits within their standard
+    errors of the law are on it.
 
     Examples:
         A law at rate 0.1 that reaches a floor at t = 50:
@@ -142,8 +160,9 @@ def find_window(
     b = _break(rates, low, start)
     if b is None:
         return Window(start, stop, end, stop)
-    # the law holds to the middle of the last local fit before b still on it (to its SE):
-    # a fit straddling the break can look on the law within its error
-    on = np.flatnonzero(_on_law(rates[start:b], ses[start:b], low, high))
-    cut = max(start + (on[-1] + (span + 1) // 2 if on.size else 1), start + 3)
+    # the law holds to the first local fit off it (to its SE and slack) that stays off:
+    # the 20% fall that found the break comes after a gradual departure
+    upto = b + HYSTERESIS + 1  # the break's own local fits are off the law
+    first_off = _law_ends(_on_law(rates[start:upto], ses[start:upto], low, high, noisy))
+    cut = max(start + first_off + 1 if first_off is not None else b + 1, start + 3)
     return Window(start, cut, _tail_regime(rates[b:], low), stop)
