@@ -110,8 +110,10 @@ def images(nb) -> list[bytes]:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """The committed notebook and the report cell, executed once for the module.
-    Measured 2026-12-04, cold compilation cache, on the shared 2-core machine: 70 s at
-    load 4 (40 s of it the one ``compare``), 129 s at load 8."""
+    Measured 2026-12-04 on the shared 2-core machine: 83 s at load 6-8 with a cold
+    compilation cache (41 s of CPU for the whole file: imports 2.8 s, the sweep's one
+    program 11.4 s, the fit and figure 1.0 s, ``compare``'s two programs 20.8 s), 30 s at
+    load 7 with rankflow's persistent cache warm."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT_CELL.strip()))
     return execute(nb, tmp_path_factory.mktemp("notebook"))
