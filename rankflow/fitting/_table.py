@@ -77,10 +77,26 @@ def _prediction(first: Mapping, cfg: Mapping) -> tuple[Prediction, str, float, f
         mu, sigma = _setting(first, cfg, "dynamics.mu"), _setting(first, cfg, "dynamics.sigma", 0)
         noise = _setting(first, cfg, "dynamics.noise")
         shape = (_setting(first, cfg, "problem.m"), _setting(first, cfg, "problem.n"))
+    lam = _pair_lam(first, lam)
     if not (np.isfinite(eta) and np.isfinite(lam)):
         return predict("none", 1.0, 0.0), kind, eta, lam
     pred = predict(kind, eta, lam, mu=mu, noise=noise, sigma=float(sigma or 0), shape=shape)
     return pred, kind, eta, lam
+
+
+def _pair_lam(first: Mapping, lam: float) -> float:
+    """The attention family's λ of a head's pair: ``train.lam_<pair>`` where set, 0 for
+    a pair outside ``train.decay`` (never decayed), else ``dynamics.lam``."""
+    pair = first.get("pair")
+    if pair is None:
+        return lam
+    own = first.get(f"train.lam_{pair}")
+    if own is not None and not pd.isna(own):
+        return float(own)
+    decay = first.get("train.decay")
+    if decay is not None and not pd.isna(decay) and str(pair) not in str(decay):
+        return 0.0
+    return lam
 
 
 def _series_columns(df: pd.DataFrame, column: str) -> list[str]:

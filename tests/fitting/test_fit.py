@@ -125,3 +125,21 @@ def test_fit_command_refuses_a_folder_that_is_not_a_results_dir(tmp_path, capsys
     assert not (tmp_path / "fit.csv").exists()
     with pytest.raises(ConfigError, match="t_min: must be < t_max"):
         rankflow.fit(tmp_path, t_min=3, t_max=1)
+
+
+@pytest.mark.slow
+def test_attention_heads_fitted_per_head_and_pair(tmp_path):
+    """The attention family's heads table: one row per layer, pair and head, T5 for its
+    minibatch sgd; key–query pairs pass (measured 1.02587 × 2ηλ, T5's low end 1.02587)."""
+    cfg = {
+        "x64": True,
+        "attention": {"D": 8, "H": 2, "layers": 2, "context": 8, "qk_bias": False},
+        "task": {"kind": "char_lm", "seq_len": 8, "val_size": 4, "max_chars": 4000},
+        "dynamics": {"batch": 4, "eta": 0.1, "kind": "sgd", "lam": 0.5},
+        "train": {"eval_every": 10},
+        "save": {"t1": 200},
+    }
+    rankflow.attention.run(cfg, out=tmp_path / "att")
+    fit = rankflow.fit(tmp_path / "att")
+    assert len(fit) == 8 and set(fit["source"]) == {"T5"}
+    assert (fit.loc[fit["pair"] == "qk", "verdict"] == "pass").all(), fit
