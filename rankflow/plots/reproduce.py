@@ -496,7 +496,7 @@ def floor_figure(
     return _finish(
         fig,
         axes,
-        "Stochastic gradient flow: the balance gap settles at T6's floor, m = n and m ≠ n "
+        "Stochastic gradient flow: the balance gap's late RMS beside T6's floor, m = n and m ≠ n "
         f"({int(floor['paths'].min())}+ paths per point, fixed-step ShARK, float64)",
         out_path,
     )

@@ -387,7 +387,8 @@ def _legend_problems(legend: Legend, axes: list[Axes]) -> list[str]:
 CLAIM_VERBS = (
     "lowers", "reduces", "raises", "increases", "decreases", "balances", "decays",
     "converges", "vanishes", "implies", "shrinks", "grows", "improves", "removes",
-    "eliminates", "suppresses", "collapses", "causes", "prevents", "drives",
+    "eliminates", "suppresses", "collapses", "causes", "prevents", "drives", "falls",
+    "rises", "drops", "stops", "settles",
 )  # fmt: skip
 # A number in text: not part of a name ("T4", "sv_1", "float64", "W_Q^h").
 _NUMBER = re.compile(r"(?<![A-Za-z_\d.^{])[-−]?\d+(?:\.\d+)?(?:[eE][-+−]?\d+)?(?![A-Za-z_\d])")
