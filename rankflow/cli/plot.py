@@ -58,4 +58,3 @@ def cmd_plot(args: argparse.Namespace) -> int:
     )
     print(f"figure → {args.out}")
     return 0
-

@@ -27,7 +27,7 @@ from .common import (
     value_label,
 )
 
-__all__ = ["balance_figure", "quick_plot", "theory_lines"]
+__all__ = ["balance_figure", "quick_plot"]
 
 
 # quick_plot draws one line per combination of the swept columns up to this many lines;
