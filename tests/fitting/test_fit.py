@@ -143,3 +143,22 @@ def test_attention_heads_fitted_per_head_and_pair(tmp_path):
     fit = rankflow.fit(tmp_path / "att")
     assert len(fit) == 8 and set(fit["source"]) == {"T5"}
     assert (fit.loc[fit["pair"] == "qk", "verdict"] == "pass").all(), fit
+
+
+def test_depth_three_one_row_per_pair_and_a_pair_with_the_wrong_law_fails():
+    """Depth 3 (T12): each pair's gap balance_gap_j is its own row, T5 for GD; one pair's
+    gap replaced by the law at ηλ (the mutant) fails while the other still passes."""
+    cfg = {
+        "x64": True,
+        "problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},
+        "model": {"r": 2, "depth": 3},
+        "init": {"kind": "gaussian", "scale": 0.5},
+        "dynamics": {"kind": "gd", "eta": 0.1, "lam": 0.1},
+        "save": {"t1": 600, "num": 61},
+    }
+    df = rankflow.run(cfg)
+    fit = rankflow.fit(df)
+    assert fit["series"].tolist() == ["balance_gap_1", "balance_gap_2"]
+    assert (fit["verdict"] == "pass").all() and (fit["source"] == "T5").all(), fit
+    wrong = df.assign(balance_gap_2=df["balance_gap_2"].iloc[0] * np.exp(-0.01 * df["t"]))
+    assert rankflow.fit(wrong)["verdict"].tolist() == ["pass", "fail"]
