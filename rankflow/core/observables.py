@@ -96,6 +96,17 @@ def observables(
     }
 
 
+def _stable_rank(s: Float[Array, " k"], top: Float[Array, ""]) -> Float[Array, ""]:
+    """Σs²/s_1², 0 for a zero matrix. Where s_1² underflows (a float32 product decayed
+    to ~1e-20: attention heads at λ = 10 did) the ratio is taken of s/s_1 instead; it
+    was 0/0 = NaN there, and NaN marks a run diverged. Elsewhere the expression is the
+    one the golden tables were captured with, bit for bit."""
+    safe = jnp.where(top > 0, top, 1.0)
+    tiny = safe**2 < jnp.finfo(s.dtype).tiny  # subnormal or flushed to 0
+    ratio = jnp.where(tiny, jnp.sum((s / safe) ** 2), jnp.sum(s**2) / jnp.where(tiny, 1.0, safe**2))
+    return jnp.where(top > 0, ratio, 0.0)
+
+
 def rank_columns(s: Float[Array, " k"], rank_tol: float) -> dict[str, Array]:
     """The columns of a spectrum ``s`` (descending) alone, at every depth:
     ``effective_rank`` = exp(entropy of s/Σs), ``stable_rank`` = Σs²/s_1², ``rank`` = the
@@ -105,7 +116,7 @@ def rank_columns(s: Float[Array, " k"], rank_tol: float) -> dict[str, Array]:
     entropy = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
     return {
         "effective_rank": jnp.where(nuclear > 0, jnp.exp(entropy), 0.0),
-        "stable_rank": jnp.where(top > 0, jnp.sum(s**2) / jnp.where(top > 0, top, 1.0) ** 2, 0.0),
+        "stable_rank": _stable_rank(s, top),
         "rank": jnp.sum(s > rank_tol * top).astype(s.dtype),
         "sv": s,
     }
