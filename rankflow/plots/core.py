@@ -200,17 +200,18 @@ def theory_lines(
 
 
 def _draw_law(ax: Axes, line: Line2D, rows: pd.DataFrame, runs: pd.DataFrame) -> None:
-    """One line's prediction over its runs' median window, from the line's value there."""
+    """One line's prediction over its runs' median window (in the fit's clock), from the
+    line's value there."""
     xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    clock = xs  # the fit's clock: steps, or T11's lr_clock/η under a schedule
+    if "lr_clock" in runs.columns and runs["lr_clock"].notna().all():
+        eta = float(rows["dynamics.eta"].iloc[0])
+        clock = runs.groupby("t")["lr_clock"].median().reindex(xs).to_numpy() / eta
     t0, t1 = float(rows["t_min"].median()), float(rows["t_max"].median())
-    sel = (xs >= t0) & (xs <= t1) & np.isfinite(ys)
+    sel = (clock >= t0) & (clock <= t1) & np.isfinite(ys)
     if sel.sum() < 2:
         return
-    eta = float(rows["dynamics.eta"].iloc[0])
-    clock = xs[sel]
-    if "lr_clock" in runs.columns and runs["lr_clock"].notna().all():  # T11's clock
-        clock = runs.groupby("t")["lr_clock"].median().reindex(xs[sel]).to_numpy() / eta
-    dt, anchor = clock - clock[0], ys[sel][0]
+    dt, anchor = clock[sel] - clock[sel][0], ys[sel][0]
     low, high = float(rows["predicted_low"].iloc[0]), float(rows["predicted_high"].iloc[0])
     color = line.get_color()
     # wide, translucent and under the measured line: seen where the two agree

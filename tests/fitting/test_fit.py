@@ -162,3 +162,20 @@ def test_depth_three_one_row_per_pair_and_a_pair_with_the_wrong_law_fails():
     assert (fit["verdict"] == "pass").all() and (fit["source"] == "T5").all(), fit
     wrong = df.assign(balance_gap_2=df["balance_gap_2"].iloc[0] * np.exp(-0.01 * df["t"]))
     assert rankflow.fit(wrong)["verdict"].tolist() == ["pass", "fail"]
+
+
+def test_schedule_fitted_on_t11s_clock_and_not_without_it():
+    """GD under warmup-cosine: against T11's clock lr_clock/η the rate is T5's; the same
+    gap against the step (the schedule ignored, the mutant) fails."""
+    cfg = {
+        "x64": True,
+        "problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},
+        "model": {"r": 2},
+        "init": {"kind": "gaussian", "scale": 0.5},
+        "dynamics": {"kind": "gd", "eta": 0.1, "lam": 0.1},
+        "save": {"t1": 600, "num": 61},
+    }
+    cfg["dynamics"] |= {"schedule": "warmup_cosine", "warmup": 50}
+    df = rankflow.run(cfg)
+    assert rankflow.fit(df).iloc[0]["verdict"] == "pass"
+    assert rankflow.fit(df.drop(columns="lr_clock")).iloc[0]["verdict"] == "fail"
