@@ -31,8 +31,8 @@ from .api import run as run
 from .config.fields import ConfigError as ConfigError
 from .core.config import resolve as resolve
 from .engine.devices import use_all_cores as use_all_cores
+from .engine.states import load_states as load_states
 from .engine.store import load as load
-from .engine.store import load_states as load_states
 
 __version__ = "0.1.0"
 SUBPACKAGES = (

@@ -43,7 +43,7 @@ def run(
     Returns:
       One row per run × path × saved time; its columns are listed with their meanings
       in docs/reference/columns.md. With ``save.states = true``, ``df.attrs["states"]``
-      holds the factors at the saves (:class:`rankflow.engine.store.States`, the same
+      holds the factors at the saves (:class:`rankflow.engine.states.States`, the same
       as :func:`rankflow.load_states` reads from ``out``).
 
     Raises:

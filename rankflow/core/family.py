@@ -25,6 +25,7 @@ from .. import engine
 from ..config.fields import ConfigError, env_limit
 from ..engine import Chunk, Summary, enable_compilation_cache, store
 from ..engine.resources import check_fits, gib, host_memory, nearest_disk
+from ..engine.states import states_of
 from . import config as config_lib
 from . import vocabulary
 from .observables import OBSERVABLES, num_singular_values
@@ -205,10 +206,10 @@ class CoreFamily:
 
     def result(self, tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         """The results table; with states, ``df.attrs["states"]`` holds them
-        (:class:`rankflow.engine.store.States`, as :func:`rankflow.load_states` reads)."""
+        (:class:`rankflow.engine.states.States`, as :func:`rankflow.load_states` reads)."""
         df = tables[store.RESULTS]
         if self.states:
-            df.attrs["states"] = store.states_of(tables[store.STATES])
+            df.attrs["states"] = states_of(tables[store.STATES])
         return df
 
 

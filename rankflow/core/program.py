@@ -401,9 +401,22 @@ def states_table(program: Program, ids, paths, out) -> pd.DataFrame:
     ``run_id``, ``path``, ``t``, ``status``, each factor as one column of its entries
     flattened row-major (the run's dtype, bit for bit: A ``m·r``, B ``n·r``; depth L
     W_j ``d_j·d_{j−1}``), and ``shapes``, the JSON text ``{"A": [m, r], …}`` that
-    :func:`rankflow.engine.store.states_of` reshapes them by."""
+    :func:`rankflow.engine.states.states_of` reshapes them by."""
     T, n = len(program.ts), len(ids)
-    cols: dict[str, Any] = {
+    cols = _id_columns(program, ids, paths, out)
+    shapes = {}
+    for name, x in zip(factor_names(program.depth), out["theta"]):
+        cols[name] = list(np.ascontiguousarray(x).reshape(n * T, -1))
+        shapes[name] = list(x.shape[2:])
+    cols["shapes"] = [json.dumps(shapes)] * (n * T)
+    return pd.DataFrame(cols)
+
+
+def _id_columns(program: Program, ids, paths, out) -> dict[str, Any]:
+    """The columns that say which row is which, in every table of a batch of runs:
+    ``run_id``, ``path`` and ``t`` (run-major, saves fastest) and ``status``."""
+    T, n = len(program.ts), len(ids)
+    return {
         "run_id": np.repeat(ids, T),
         "path": np.repeat(paths, T),
         "t": np.tile(program.ts, n),
@@ -411,12 +424,6 @@ def states_table(program: Program, ids, paths, out) -> pd.DataFrame:
             out["status"].reshape(-1).astype(np.int64), categories=list(STATUS)
         ),
     }
-    shapes = {}
-    for name, x in zip(factor_names(program.depth), out["theta"]):
-        cols[name] = list(np.ascontiguousarray(x).reshape(n * T, -1))
-        shapes[name] = list(x.shape[2:])
-    cols["shapes"] = [json.dumps(shapes)] * (n * T)
-    return pd.DataFrame(cols)
 
 
 def _run_arrays(runs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -457,14 +464,7 @@ def _table(program: Program, point, ids, paths, params, out, swept) -> pd.DataFr
     the observables and singular values as one float64 block."""
     T = len(program.ts)
     n = len(ids)
-    cols: dict[str, Any] = {
-        "run_id": np.repeat(ids, T),
-        "path": np.repeat(paths, T),
-        "t": np.tile(program.ts, n),
-        "status": pd.Categorical.from_codes(
-            out["status"].reshape(-1).astype(np.int64), categories=list(STATUS)
-        ),
-    }
+    cols = _id_columns(program, ids, paths, out)
     for k in config_lib.NUMERIC_KEYS:
         cols[k] = np.repeat(params[k][:n], T)
     depth = ("model.depth",) if program.depth != 2 else ()
