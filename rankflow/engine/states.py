@@ -103,7 +103,7 @@ class States(Mapping):
         return len(self._runs)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._runs or (isinstance(key, int) and key in self._paths)
+        return key in self._runs or (isinstance(key, int | np.integer) and int(key) in self._paths)
 
     @property
     def run_ids(self) -> list[int]:

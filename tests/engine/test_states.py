@@ -351,7 +351,8 @@ def test_one_line_errors_for_a_run_not_there_a_sweep_and_the_attention_family(gd
     assert isinstance(e.value, rankflow.ConfigError)
     with pytest.raises(KeyError, match=r"^states: no run_id 0 path 1 "):
         states[0, 1]
-    assert 0 in states and (0, 0) in states and 7 not in states
+    assert 0 in states and np.int64(0) in states and (0, 0) in states and 7 not in states
+    assert states[np.int64(2)] is states[2, 0]
     with pytest.raises(rankflow.ConfigError, match=r"^sweep\.save\.states: not sweepable"):
         rankflow.resolve(GD | {"sweep": {"save.states": [True, False]}})
     with pytest.raises(rankflow.ConfigError, match=r"^save\.states: unknown key"):
