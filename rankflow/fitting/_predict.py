@@ -33,7 +33,16 @@ MOMENTUM_KINDS = ("momentum", "momentum_flow")
 class Prediction:
     """A predicted per-step decay rate of ``‖D‖`` in ``[low, high]`` (``exact``: one
     value, ``low == high``); ``source`` names the theory item (``"T5"``) and ``law`` says
-    it in words; NaN rates and ``law`` the reason where there is no prediction."""
+    it in words; NaN rates and ``law`` the reason where there is no prediction.
+
+    Examples:
+        >>> from rankflow.fitting import Prediction, predict
+        >>> p = predict("gradient_flow", 0.5, 0.1)  # T4: 2ηλ = 0.1, one value
+        >>> p.low == p.high == 0.1, p.exact, p.available
+        (True, True, True)
+        >>> predict("adam_l2", 1e-3, 0.1).available  # no closed rate: NaN bounds
+        False
+    """
 
     low: float
     high: float

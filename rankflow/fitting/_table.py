@@ -32,7 +32,14 @@ NOISELESS = ("gradient_flow", "momentum_flow", "momentum_flow_coupled", "gd", "m
 
 def scheduled_clock(eta: float, lam: float, steps: np.ndarray, schedule: Schedule | None):
     """T11's clock at each step: ``log Π_{j<k}(1 − η_jλ)² / log (1 − ηλ)²`` (the step
-    itself without a schedule), in which GD's leading law is the constant rate at η."""
+    itself without a schedule), in which GD's leading law is the constant rate at η.
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.fitting import scheduled_clock
+        >>> scheduled_clock(0.1, 0.5, np.array([0, 10, 20]), None).tolist()  # constant η
+        [0.0, 10.0, 20.0]
+    """
     from .. import theory
 
     steps = np.asarray(steps)

@@ -49,7 +49,20 @@ Z_LAW = 4.0  # standard errors of a local rate within which it is on the law
 class Window:
     """Indices ``[start, stop)`` of the saves that follow the law, ``end`` the regime that
     ends it (one of :data:`REGIMES`), and ``tail``: ``[stop, tail_stop)`` the saves of the
-    phase that follows (empty without one)."""
+    phase that follows (empty without one).
+
+    Examples:
+        A gap on GD's leading law (rate 0.02 per step) that stops at a floor at t = 200:
+
+        >>> import numpy as np
+        >>> from rankflow.fitting import find_window, predict
+        >>> t = np.arange(0.0, 400.0, 5.0)
+        >>> gap = np.maximum(np.exp(-0.020101 * t), np.exp(-0.020101 * 200))
+        >>> p = predict("gd", 0.1, 0.1)
+        >>> w = find_window(t, gap, p.low, p.high, noisy=False)
+        >>> w.start, w.end, bool(150 <= t[w.stop - 1] <= 200)
+        (0, 'floor', True)
+    """
 
     start: int
     stop: int
@@ -64,7 +77,16 @@ def local_span(n: int) -> int:
 
 def local_rates(t: np.ndarray, y: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
     """The rate ``−d log y/dt`` fitted over saves ``[i, i + span)`` for each ``i``, and its
-    standard error (:func:`rankflow.theory.fit_rate` on each span)."""
+    standard error (:func:`rankflow.theory.fit_rate` on each span).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rankflow.fitting import local_rates
+        >>> t = np.arange(6.0)
+        >>> rates, ses = local_rates(t, np.exp(-0.5 * t), span=3)
+        >>> rates.round(12).tolist(), ses.shape
+        ([0.5, 0.5, 0.5, 0.5], (4,))
+    """
     fits = [theory.fit_rate(t[i : i + span], y[i : i + span]) for i in range(len(t) - span + 1)]
     rates, ses = np.array(fits, np.float64).reshape(-1, 2).T
     return rates, ses
