@@ -168,9 +168,8 @@ __all__ = [
 ]
 __all__ += ["predicted_exponents", "read_lr_schedule"]  # the series' learning rate (._lr)
 __all__ += _series.__all__  # the series API, re-exported above
-# Importable by name but not (yet) in __all__, whose callables the documentation counts
-# (tests/docs/test_docstring_examples.py): the Gram-correlation test (._correlation), the
-# null pairings it shares with the gap test, file kinds and zipped folders (._archive).
-_NOT_YET_PUBLIC = ("CORR_FINDINGS", "CorrTest", "corr_finding", "corr_interval", "corr_test")
-_NOT_YET_PUBLIC += ("holm", "null_statistics", "pairwise_corr_offdiag")
-_NOT_YET_PUBLIC += ("archive_error", "file_kind", "unpacked")
+# The Gram-correlation test (._correlation), the null pairings it shares with the gap
+# test, file kinds and zipped folders (._archive).
+__all__ += ["CORR_FINDINGS", "CorrTest", "corr_finding", "corr_interval", "corr_test"]
+__all__ += ["holm", "null_statistics", "pairwise_corr_offdiag"]
+__all__ += ["archive_error", "file_kind", "unpacked"]
