@@ -11,7 +11,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import axis_label, draw_median, fmt_value, mask_log, ok_values, palette, save_figure
+from .common import (
+    axis_label,
+    counted,
+    draw_median,
+    fmt_value,
+    mask_log,
+    ok_values,
+    palette,
+    save_figure,
+)
 
 __all__ = [
     "attention_ablation_figure",
@@ -127,8 +136,7 @@ def _left_out(heads: pd.DataFrame) -> str:
         for pair in ("qk", "vo")
     )
     how = "/".join(sorted(set(bad["status"].astype(str))))
-    n = len(bad)
-    return f"\n{n} run{'s' * (n != 1)} {how} before the last step ({lams}): left out"
+    return f"\n{counted(len(bad), 'run')} {how} before the last step ({lams}): left out"
 
 
 def _rank_change(d: pd.DataFrame, pair: str) -> str:
@@ -293,8 +301,8 @@ def attention_ablation_figure(
         g = d.groupby("t")["val"]
         t = g.mean().index.to_numpy(float)
         mean, std = g.mean().to_numpy(), g.std(ddof=1).fillna(0).to_numpy()
-        seeds = f"{(n := d['seed'].nunique())} seed{'s' * (n != 1)}"
-        ax_a.plot(t, mean, color=color, lw=1.6, label=f"{name} ({seeds})")
+        label = f"{name} ({counted(d['seed'].nunique(), 'seed')})"
+        ax_a.plot(t, mean, color=color, lw=1.6, label=label)
         ax_a.fill_between(t, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     ax_a.set(xlabel=axis_label("t"), ylabel="validation loss (cross-entropy, nats per character)")
     ax_a.set_title("(a) validation loss, mean ± std over seeds", fontsize="medium")
@@ -333,19 +341,24 @@ def attention_ablation_figure(
         "(b) final validation loss: seeds (dots), mean ± std (squares)", fontsize="medium"
     )
     ax_b.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(
+        "Weight decay in attention and language-model loss (char_lm)\n"
+        + _attention_setting(df)
+        + _other_groups(df)
+    )
+    if out_path is not None:
+        save_figure(fig, out_path)
+    return fig
+
+
+def _other_groups(df: pd.DataFrame) -> str:
+    """ "; other groups: λ_mlp = 0.1, …": the decay of the groups held fixed in a table."""
     others = [
         f"λ_{g} = {df[f'train.lam_{g}'].iloc[0]:g}"
         for g in ("mlp", "embed", "norm")
         if f"train.lam_{g}" in df.columns and df[f"train.lam_{g}"].nunique() == 1
     ]
-    fig.suptitle(
-        "Weight decay in attention and language-model loss (char_lm)\n"
-        + _attention_setting(df)
-        + (f"; other groups: {', '.join(others)}" if others else "")
-    )
-    if out_path is not None:
-        save_figure(fig, out_path)
-    return fig
+    return f"; other groups: {', '.join(others)}" if others else ""
 
 
 def _clock_by_t(df: pd.DataFrame):

@@ -78,6 +78,12 @@ KIND_KEYS = ("problem.kind", "dynamics.kind", "solver.method", "init.kind")
 SETTING_KEYS = KIND_KEYS + ("dynamics.eta", "dynamics.sigma", "init.scale")
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in agreement: "1 seed", "3 seeds" (the figure review's plural
+    check fails "1 seeds")."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def axis_label(col: str) -> str:
     if col in LABELS:
         return LABELS[col]
@@ -207,7 +213,7 @@ def setting_title(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
             parts.append(f"{SYMBOLS.get(col, col)}={fmt_value(vals[0])}")
     runs = run_columns(df)
     if runs:
-        parts.append(f"{(n := len(df[runs].drop_duplicates()))} run{'s' * (n != 1)}")
+        parts.append(counted(len(df[runs].drop_duplicates()), "run"))
         if "status" in df.columns:
             stopped = df.loc[df["status"] != "ok", runs].drop_duplicates()
             if len(stopped):  # medians after their stop run over fewer runs

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .common import LABELS, finish_figure, palette, positive
+from .common import LABELS, counted, finish_figure, palette, positive
 
 __all__ = [
     "attention_nuclear_gap_figure",
@@ -110,7 +110,7 @@ def toy_spectrum_figure(
         axes,
         f"GD on the 5×5 toy of the paper's Fig. 1: ½‖ABᵀ − diag(s)‖² + (λ/2)(‖A‖²+‖B‖²), "
         f"s = {', '.join(f'{v:g}' for v in np.sort(s))}, η = {eta:g}, "
-        f"{(n := df['seed'].nunique())} seed{'s' * (n != 1)}, float64",
+        f"{counted(df['seed'].nunique(), 'seed')}, float64",
         out_path,
     )
 
@@ -367,7 +367,7 @@ def rank_figure(sol: pd.DataFrame, out_path: str | Path | None = None) -> Figure
         ax.axhline(r, color="0.5", lw=1, ls="-.", label=f"inner dimension r = {r}")
         s = d.iloc[0]
         ax.set(xlabel=LABELS["dynamics.lam"], ylabel="numerical rank of W (σ_i > 1e-3·σ_1)")
-        seeds = f"{(n := d['seed'].nunique())} seed{'s' * (n != 1)}"
+        seeds = counted(d["seed"].nunique(), "seed")
         ax.set_title(f"({'ab'[j]}) {problem}: rank against λ ({seeds}, markers; "
                      "median, lines)", fontsize="medium")  # fmt: skip
         ax.set_ylim(-0.5, s["min_mn"] + 1.5)
@@ -553,6 +553,6 @@ def attention_nuclear_gap_figure(heads: pd.DataFrame, out_path: str | Path | Non
         axes,
         f"Attention heads as factor pairs: balance under weight decay ({s['task.kind']}, "
         f"{s['dynamics.kind']}, η = {s['dynamics.eta']:g}, decay on {s['train.decay']}, "
-        f"{(n := df['seed'].nunique())} seed{'s' * (n != 1)})",
+        f"{counted(df['seed'].nunique(), 'seed')})",
         out_path,
     )

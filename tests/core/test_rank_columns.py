@@ -10,8 +10,9 @@ from rankflow.core.observables import rank_columns
 
 @pytest.mark.parametrize("scale", [1.0, 1e-10, 1e-20, 1e-25, 1e-30])
 def test_stable_rank_is_scale_free_down_to_float32_underflow(scale):
-    """Σs²/s_1² of [3, 2, 1]·scale is 14/9 at every scale: at 1e-25 s_1² underflows
-    float32's normal range (0/0 = NaN or digits lost before, which marked λ = 10 attention runs diverged at step 750)."""
+    """Σs²/s_1² of [3, 2, 1]·scale is 14/9 at every scale; from 1e-20 s_1² is below
+    float32's normal range (0/0 = NaN or digits lost before: both λ = 10 attention runs
+    of sims/attention/rank.toml were marked diverged at step 750)."""
     s = jnp.asarray(np.array([3.0, 2.0, 1.0]) * scale, jnp.float32)
     out = rank_columns(s, 1e-3)
     assert np.isfinite(float(out["stable_rank"]))
