@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..config.resources import sims_path
 from ..core import config as config_lib
+from ..engine import progress
 from ..engine.writer import check_out
 from .common import add_command
 
@@ -32,6 +33,7 @@ def add_parser(sub) -> None:
     )
 
 
+@progress.reported("demo")
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run ``sims/demo.toml`` into ``--out`` (resuming) and draw ``balance.png``."""
     from .. import plots

@@ -385,7 +385,8 @@ def _label_norms_panel(ax_a: Axes, lam_handles: list[Line2D]) -> None:
     """Axis text and legend of panel (a): the factors' norms (T1)."""
     tlab = axis_label("t")
     ax_a.set(xlabel=tlab, ylabel="norm of the factors")
-    ax_a.set_title("(a) L2 penalty meets the nuclear norm for λ > 0 (T1)", fontsize="medium")
+    ax_a.set_title(r"(a) $\frac{1}{2}(\|A\|_F^2+\|B\|_F^2)$ and $\|W\|_*$ against t (T1)",
+                   fontsize="medium")  # fmt: skip
     ax_a.legend(
         handles=lam_handles
         + [
@@ -453,6 +454,20 @@ def descending(values: Sequence[float]) -> np.ndarray:
     return np.sort(np.asarray(values, dtype=float))[::-1]
 
 
+def _t3_deviation(final: pd.DataFrame, svs: list[str], target_sv) -> str:
+    """ "; largest |σ_i − max(s_i − λ, 0)| = …": how far the final spectra drawn are from
+    T3's soft-thresholding (empty without a target or ok runs)."""
+    if target_sv is None or not len(final):
+        return ""
+    s = descending(target_sv)[: len(svs)]
+    lam = final["dynamics.lam"].to_numpy(float)[:, None]
+    measured = np.stack([ok_values(final, c).to_numpy(float) for c in svs[: len(s)]], axis=1)
+    dev = np.abs(measured - np.maximum(s[None, :] - lam, 0.0))
+    if not np.isfinite(dev).any():
+        return ""
+    return f"\nlargest |σ_i − max(s_i − λ, 0)| = {np.nanmax(dev):.2g}"
+
+
 def _spectrum_panel(ax_c: Axes, df: pd.DataFrame, lams, target_sv) -> None:
     """Panel (c): each run's final singular values against λ, T3's soft-thresholding."""
     svs = sv_columns(df)
@@ -481,7 +496,7 @@ def _spectrum_panel(ax_c: Axes, df: pd.DataFrame, lams, target_sv) -> None:
             Line2D([], [], color="k", ls="--", label=r"T3: $\max(s_i-\lambda,\,0)$ (theory)")
         )
     ax_c.set(xlabel=axis_label("dynamics.lam"), ylabel=r"final singular values $\sigma_i(W)$")
-    title_c = "(c) weight decay soft-thresholds the spectrum (T3)"
+    title_c = "(c) final singular values against λ (T3)" + _t3_deviation(final, svs, target_sv)
     if dropped:
         title_c += f"\n{dropped} run(s) not ok at the end left out"
     ax_c.set_title(title_c, fontsize="medium")
