@@ -110,13 +110,9 @@ def attention_rank_figure(heads: pd.DataFrame, out_path: str | Path | None = Non
             fontsize="medium",
         )
     axes[0, 0].legend(fontsize="small", loc="lower left")
-    fig.suptitle(
-        "Numerical and effective rank of each head's products against λ (final step)\n"
-        + "\n".join(_rank_change(df[df["pair"] == pair], pair) for pair in ("qk", "vo"))
-        + "\n"
-        + _attention_setting(df)
-        + _left_out(heads)
-    )
+    changes = [_rank_change(df[df["pair"] == pair], pair) for pair in ("qk", "vo")]
+    title = "Numerical and effective rank of each head's products against λ (final step)"
+    fig.suptitle("\n".join([title, *changes, _attention_setting(df) + _left_out(heads)]))
     if out_path is not None:
         save_figure(fig, out_path)
     return fig

@@ -232,16 +232,11 @@ def minibatch_step_mean(
     return gd_balance_step(A, B, gbar, eta, lam) + noise
 
 
-def minibatch_balance_floor(
-    A: Float[Array, "m r"],
-    B: Float[Array, "n r"],
-    gbar: Float[Array, "m n"],
-    deltas: Float[Array, "N m n"],
-    eta: Scalar,
-    lam: Scalar,
-    batch: int | Scalar,
+def minibatch_balance_floor(  # the arguments of minibatch_step_mean
+    A: Float[Array, "m r"], B: Float[Array, "n r"], gbar: Float[Array, "m n"],
+    deltas: Float[Array, "N m n"], eta: Scalar, lam: Scalar, batch: int | Scalar,
     replace: bool = True,
-) -> Float[Array, "r r"]:
+) -> Float[Array, "r r"]:  # fmt: skip
     """T10 floor: the stationary mean balance ``E[D]`` of minibatch SGD with decay λ > 0,
     evaluated at the state ``(A, B)``:
     ``D* = η (BᵀḠᵀḠB − AᵀḠḠᵀA + s² M) / (λ(2 − ηλ))``, ``M = Σ_k (Bᵀδ_kᵀδ_kB −
