@@ -34,12 +34,14 @@ def table_text(df) -> str:
     head = f"{'run':>4} {'series':<14} {'kind':<13} {'rate/2ηλ ± SE':>18} {'bracket':>19} "
     lines = [head + f"{'verdict':<7} {'window':>15}  end (slower phase rate/2ηλ)"]
     for r in df.to_dict("records"):
-        base = 2 * r["dynamics.eta"] * r["dynamics.lam"]
+        base = 2 * r["dynamics.eta"] * r["dynamics.lam"] or math.nan  # λ = 0: no 2ηλ scale
         lo, hi = r["predicted_low"] / base, r["predicted_high"] / base
         bracket = f"[{_num(lo)}, {_num(hi)}]" if math.isfinite(lo) else r["source"]
         end = r["end"] + (f" ({_num(r['slow_ratio'], 3)})" if r["end"] == "slower phase" else "")
         window = f"{r['t_min']:g}-{r['t_max']:g}"
         ratio = f"{_num(r['ratio'])} ± {_num(r['ratio_se'])}"
+        if not math.isfinite(base):  # λ = 0: the rate per step itself (T4/T5: D conserved)
+            ratio = f"{r['rate']:.1e}/step"
         lines.append(
             f"{r.get('run_id', 0):>4} {r['series']:<14} {r['dynamics.kind']:<13} "
             f"{ratio:>18} {bracket:>19} {r['verdict']:<7} {window:>15}  {end}"

@@ -218,7 +218,8 @@ class _ChunkLines:
         self.level, self.t0, self.start_runs = level, time.monotonic(), done
         self.every = max(1, math.ceil(chunks / MAX_CHUNK_LINES))
         again = f", {chunks_done} finished already" if chunks_done else ""
-        say(f"rankflow: sweep of {total} runs in {chunks} chunks{again}")
+        runs, parts = ("run" if total == 1 else "runs"), ("chunk" if chunks == 1 else "chunks")
+        say(f"rankflow: sweep of {total} {runs} in {chunks} {parts}{again}")
 
     def update(self, rows: int) -> None:
         self.done += rows
