@@ -185,7 +185,7 @@ def batch_params(point: dict[str, Any], args: argparse.Namespace) -> dict[str, n
     from rankflow.core import program as simulate
 
     flat = config_lib.flatten(point)
-    one = {k: flat[k] for k in config_lib.NUMERIC_KEYS}
+    one = {k: flat[k] for k in config_lib.PROGRAM_KEYS}
     if one["problem.seed"] is None:
         one["problem.seed"] = one["seed"]  # data fixed by the base seed, as rankflow does
     one["path"] = 0
