@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import theory
 
-__all__ = ["NO_PREDICTION", "Prediction", "minibatch_floor", "predict"]
+__all__ = ["NO_PREDICTION", "Prediction", "predict"]
 
 # Dynamics without a closed balancing rate, and why (said in the table and the legend).
 NO_PREDICTION = {
@@ -115,15 +115,3 @@ def predict(
         return Prediction(low, high, "T5", "T5: [−log(1−ηλ)², −log(1−2ηλ)] per step")
     return _none(f"no theory for dynamics {kind!r}")
 
-
-def minibatch_floor(**run) -> float:
-    """The level of ``‖D‖`` below which minibatch noise stops the decay (SGD, T10), from
-    :func:`rankflow.theory.minibatch_balance_floor` when the theory has it (NaN until
-    then). The one hook through which a floor prediction enters the fit's table."""
-    floor = getattr(theory, "minibatch_balance_floor", None)
-    if floor is None or not run:
-        return float("nan")
-    try:
-        return float(floor(**run))
-    except TypeError:  # its signature is not the one these keys name
-        return float("nan")

@@ -21,7 +21,8 @@ import pandas as pd
 from ..config.fields import ConfigError
 from ..numerics.schedules import Schedule
 from ._fit import SLACK, SLACK_SOLVED, Z, fit_series
-from ._predict import Prediction, minibatch_floor, predict
+from ._floor import RunFloors
+from ._predict import Prediction, predict
 
 __all__ = ["UNIT_COLUMNS", "fit", "scheduled_clock"]
 
@@ -178,8 +179,12 @@ def fit(
     ``source`` e.g. ``T5``, ``law``), ``verdict`` (pass/fail/none) and its
     ``tolerance``; after a break, the following phase's ``slow_rate``, ``slow_ratio``
     (its window ``slow_t_min``, ``slow_t_max``) and the fitted rates of the spare
-    singular values over it (``spare_rate_low``, ``spare_rate_high``); ``floor_predicted``
-    (minibatch SGD's floor of ‖D‖, NaN until the theory has it).
+    singular values over it (``spare_rate_low``, ``spare_rate_high``); for ``sgd`` with
+    saved states, T10's floor (:func:`rankflow.fitting.minibatch_floor`):
+    ``floor_predicted`` ‖mean D*‖_F, ``floor_measured`` ‖mean D‖_F over the same saves
+    and paths, ``floor_ratio``, ``floor_se``, ``floor_t_min`` and ``floor_from`` (after
+    a window ending at ``floor``, else the run's last half); NaN otherwise, the reason
+    in ``floor_note``.
 
     ``t_min``/``t_max`` set the window (a ``t_min`` alone: its end still found); else it
     is found per series (:func:`rankflow.fitting.find_window`). Raises ``ConfigError``
@@ -200,6 +205,7 @@ def fit(
     columns = _series_columns(df, column)
     df = _ok(df)
     units = [c for c in UNIT_COLUMNS if c in df.columns]
+    floors = RunFloors(source, cfg)
     runs = ["run_id"] if "run_id" in df.columns else []
     rows = []
     for key, run in df.groupby(runs + units, sort=True) if runs + units else [((), df)]:
@@ -215,11 +221,12 @@ def fit(
                 _clock(mean, eta), mean[col].to_numpy(), pred, t_min=t_min, t_max=t_max,
                 scale=scale, eps=eps, z=z, slack=slack, noisy=kind not in NOISELESS,
             )  # fmt: skip
-            rows.append(_row(ident, col, kind, eta, lam, pred, row, mean, cfg, first))
+            rows.append(_row(ident, col, kind, eta, lam, pred, row, mean, cfg, first, floors))
     return pd.DataFrame(rows)
 
 
-def _row(ident, col, kind, eta, lam, pred: Prediction, row, mean, cfg, first) -> dict:
+def _row(ident, col, kind, eta, lam, pred: Prediction, row, mean, cfg, first, floors) -> dict:
+    t1 = float(mean["t"].max())
     base = 2 * eta * lam if lam > 0 else np.nan
     return {
         **ident,
@@ -242,13 +249,6 @@ def _row(ident, col, kind, eta, lam, pred: Prediction, row, mean, cfg, first) ->
         "slow_t_min": row["slow_t_min"],
         "slow_t_max": row["slow_t_max"],
         **_spare_rates(mean, cfg, first, row),
-        "floor_predicted": minibatch_floor(**_floor_inputs(kind, eta, lam, first, cfg)),
+        **floors.row(ident.get("run_id"), kind, lam, row["t_max"], row["end"], t1),
     }
 
-
-def _floor_inputs(kind, eta, lam, first, cfg) -> dict:
-    """The run's settings that a minibatch floor depends on (only for ``sgd``)."""
-    if kind != "sgd":
-        return {}
-    keys = ("dynamics.batch", "problem.samples", "problem.m", "problem.n", "model.r")
-    return {"eta": eta, "lam": lam, **{k.split(".")[1]: _setting(first, cfg, k) for k in keys}}

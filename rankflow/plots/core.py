@@ -169,6 +169,8 @@ def _legend(ax: Axes, title: str, own: bool) -> None:
 
 
 THEORY_GID = "theory"
+FLOOR_GID = "theory_floor"  # a level, not anchored on its line: not THEORY_GID
+FLOOR_LABEL = "T10 floor (E[D], theory)"
 
 
 def theory_lines(
@@ -178,9 +180,10 @@ def theory_lines(
     ``table``, ``rankflow.fit``'s rows of those runs): dashed, in the line's colour, over the
     median fitted window, anchored at the line's value at the window's start; a bracket
     as a thin band between its ends (the dashed line at its low end), a tick at the
-    window's end. A line whose runs
+    window's end; an ``sgd`` line with a predicted T10 floor, that level over the floor
+    phase (:func:`_draw_floor`). A line whose runs
     have no prediction (or not one prediction) says so in its legend entry."""
-    laws = set()
+    laws, floors = set(), False
     for idx, line in ((i, ln) for i, ln in drawn if ln is not None):
         runs = df.loc[idx, "run_id"].unique() if "run_id" in df.columns else [0]
         rows = table[table["run_id"].isin(runs)] if "run_id" in table.columns else table
@@ -194,9 +197,32 @@ def theory_lines(
             continue
         laws.add(str(rows["source"].iloc[0]))
         _draw_law(ax, line, rows, df.loc[idx])
+        floors |= _draw_floor(ax, line, rows)
     if laws:
         text = f"theory ({', '.join(sorted(laws))}) over the fitted window (|: its end)"
         ax.plot([], [], color="0.3", ls="--", lw=3.0, alpha=0.55, label=text)
+    if floors:
+        ax.plot([], [], color="0.3", ls="--", lw=1.2, label=FLOOR_LABEL)
+
+
+def _draw_floor(ax: Axes, line: Line2D, rows: pd.DataFrame) -> bool:
+    """An ``sgd`` line's predicted T10 floor (``floor_predicted``, ‖mean D*‖_F of
+    :func:`rankflow.fitting.minibatch_floor`; the median over its runs): level, dashed,
+    thin, in the line's colour, over the floor phase (from ``floor_t_min`` to the line's
+    last x). Whether it drew one."""
+    if "floor_predicted" not in rows.columns:
+        return False
+    level = rows["floor_predicted"].to_numpy(float)
+    start = rows["floor_t_min"].to_numpy(float)
+    if not (np.isfinite(level).all() and np.isfinite(start).all()):
+        return False
+    xs = np.asarray(line.get_xdata(), float)
+    x0, x1 = float(np.median(start)), float(np.nanmax(xs))
+    if not x0 < x1:
+        return False
+    y = float(np.median(level))
+    ax.plot([x0, x1], [y, y], ls="--", lw=1.2, color=line.get_color(), gid=FLOOR_GID)
+    return True
 
 
 def _draw_law(ax: Axes, line: Line2D, rows: pd.DataFrame, runs: pd.DataFrame) -> None:
