@@ -114,4 +114,3 @@ def predict(
         low, high = (float(x) * base for x in theory.gd_rate_bracket(eta, lam))
         return Prediction(low, high, "T5", "T5: [−log(1−ηλ)², −log(1−2ηλ)] per step")
     return _none(f"no theory for dynamics {kind!r}")
-

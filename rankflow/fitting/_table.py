@@ -251,4 +251,3 @@ def _row(ident, col, kind, eta, lam, pred: Prediction, row, mean, cfg, first, fl
         **_spare_rates(mean, cfg, first, row),
         **floors.row(ident.get("run_id"), kind, lam, row["t_max"], row["end"], t1),
     }
-

@@ -68,7 +68,8 @@ def test_floor_predicted_is_the_measured_mean_balance_at_every_batch_size(fitted
     assert (rows["floor_from"] == "after the window (end: floor)").all()
     assert (rows["floor_t_min"] == rows["t_max"]).all()
     assert _agrees(fitted).all(), rows[["floor_predicted", "floor_measured", "floor_se"]]
-    np.testing.assert_allclose(rows["floor_ratio"], rows["floor_predicted"] / rows["floor_measured"])
+    ratio = rows["floor_predicted"] / rows["floor_measured"]
+    np.testing.assert_allclose(rows["floor_ratio"], ratio)
     assert (np.diff(rows["floor_predicted"].to_numpy()) < 0).all()  # falls with b
 
 
