@@ -78,7 +78,7 @@ def minibatch_floor(
     ``floor_ratio`` (predicted/measured), ``floor_se`` (the standard error over paths of
     ``‖mean (D − D*)‖_F``: the root sum of its entries' squared SEs; NaN for one path),
     ``floor_t_min`` (the first save used); NaN with the reason in ``floor_note``
-    otherwise (``not sgd``, ``λ = 0``, depth ≥ 3, no saves from ``t_from``).
+    otherwise (``not sgd``, ``λ = 0``, a schedule, depth ≥ 3, no saves from ``t_from``).
 
     Examples:
         >>> import rankflow
@@ -98,6 +98,8 @@ def minibatch_floor(
         return _none("not sgd")
     if not d["lam"] > 0:
         return _none("λ = 0")
+    if d.get("schedule", "constant") != "constant":
+        return _none("under a schedule: T10's floor is of a constant η")
     if any(set(run.factors) != {"A", "B"} for run in paths):
         return _none("depth ≥ 3: T10's floor is of one pair W = ABᵀ")
     t = np.asarray(paths[0].t)

@@ -210,8 +210,8 @@ def _draw_floor(ax: Axes, line: Line2D, rows: pd.DataFrame) -> bool:
     :func:`rankflow.fitting.minibatch_floor`; the median over its runs): level, dashed,
     thin, in the line's colour, over the floor phase (from ``floor_t_min`` to the line's
     last x). Whether it drew one."""
-    if "floor_predicted" not in rows.columns:
-        return False
+    if "floor_predicted" not in rows.columns or set(rows["series"]) != {"balance_gap"}:
+        return False  # a level of ‖D‖_F: drawn only beside the balance gap
     level = rows["floor_predicted"].to_numpy(float)
     start = rows["floor_t_min"].to_numpy(float)
     if not (np.isfinite(level).all() and np.isfinite(start).all()):

@@ -119,6 +119,9 @@ def test_no_floor_says_why(run, fitted):
         row = floors.row(0, kind, lam, t_max=100.0, end="end of run", t1=2000.0)
         assert row["floor_note"] == note and np.isnan(row["floor_predicted"])
         assert row["floor_from"] == "last half of the run"
+    scheduled = {"dynamics": {"kind": "sgd", "lam": LAM, "schedule": "warmup_cosine"}}
+    note = _floor.minibatch_floor([], scheduled, t_from=0.0)["floor_note"]
+    assert note == "under a schedule: T10's floor is of a constant η"
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +142,12 @@ def test_plot_draws_each_sgd_lines_floor_in_its_colour(figure, fitted):
     assert len(lines) == 4
     heights = sorted(float(ln.get_ydata()[0]) for ln in lines)
     np.testing.assert_allclose(heights, sorted(_decayed(fitted)["floor_predicted"]))
+    measured = [  # one per batch size, in ascending b (the hue's order)
+        ln for ln in figure.axes[0].get_lines()
+        if not ln.get_label().startswith("_") and ln.get_gid() is None and len(ln.get_xdata())
+    ]  # fmt: skip
+    by_height = sorted(lines, key=lambda ln: -float(ln.get_ydata()[0]))  # the floor falls with b
+    assert [ln.get_color() for ln in by_height] == [ln.get_color() for ln in measured]
     labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert core.FLOOR_LABEL in labels
     assert theory_colour_problems(figure) == []
@@ -156,3 +165,12 @@ def test_a_floor_in_another_lines_colour_fails_the_figure_review(figure):
     finally:
         for ln, c in zip(lines, colours, strict=True):
             ln.set_color(c)
+
+
+def test_no_floor_beside_another_column(run):
+    """The floor is a level of ‖D‖_F: a plot of the loss with --theory draws none."""
+    out = run[0]
+    with pytest.MonkeyPatch.context() as mp, capture_figures(mp) as figs:
+        args = ["plot", str(out), "--y", "loss", "--hue", "dynamics.batch", "--theory"]
+        assert main([*args, "--out", str(out / "loss.png")]) == 0
+    assert _floor_lines(figs[0]) == []
