@@ -110,10 +110,10 @@ def images(nb) -> list[bytes]:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """The committed notebook and the report cell, executed once for the module.
-    Measured 2026-12-04 on the shared 2-core machine: 83 s at load 6-8 with a cold
-    compilation cache (41 s of CPU for the whole file: imports 2.8 s, the sweep's one
-    program 11.4 s, the fit and figure 1.0 s, ``compare``'s two programs 20.8 s), 30 s at
-    load 7 with rankflow's persistent cache warm."""
+    Measured 2026-12-04 on the shared 2-core machine at load 2: 44 s with a cold
+    compilation cache (50 s for the file; of the CPU: imports 2.8 s, the sweep's one
+    program 11.4 s, the fit and figure 1.0 s, ``compare``'s two programs 20.8 s), 20 s
+    with rankflow's persistent cache warm (25 s for the file); 83 s cold at load 6-8."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(REPORT_CELL.strip()))
     return execute(nb, tmp_path_factory.mktemp("notebook"))
