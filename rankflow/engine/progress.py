@@ -247,8 +247,13 @@ def progress(total: int, done: int, quiet: bool, chunks: int = 1, chunks_done: i
     (``chunks_done`` chunks) of them already finished; yields an object whose
     ``update(rows)`` counts a finished chunk of ``rows`` runs. On a terminal a tqdm bar
     over runs; off a terminal :class:`_ChunkLines` under :func:`heartbeat`; nothing
-    printed when ``quiet``. Always the :func:`activity` ``chunk i/n``."""
-    from tqdm.auto import tqdm
+    printed when ``quiet``. Always the :func:`activity` ``chunk i/n``. A quiet bar is
+    plain tqdm's (tqdm.auto's notebook bar warns "IProgress not found" in a Jupyter
+    kernel without ipywidgets even when disabled)."""
+    if quiet:
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
 
     with activity(_chunk_what(chunks_done, chunks)) as level:
         if quiet or on_terminal():
