@@ -565,10 +565,13 @@ def _time_axes(fig: Figure, t_end) -> list[tuple[int, Axes, float]]:
 
 def _t_end_problems(ax: Axes, t_end: float) -> list[str]:
     """Each line of a time axes reaches ``t_end`` to within its own save interval, and
-    the view shows it."""
+    the view shows it. Theory drawn over a fitted window (gid ``theory…``, rankflow.plots'
+    ``plot --theory`` overlays) stops at the window's end on purpose and is not a run."""
     out = []
     lo, hi = sorted(ax.get_xlim())
     for line in ax.lines:
+        if str(line.get_gid() or "").startswith("theory"):
+            continue
         x = np.asarray(line.get_xdata(), dtype=float).ravel()
         x = np.unique(x[np.isfinite(x)])
         if line.get_transform() != ax.transData or x.size < 2 or _no_line(line):
