@@ -21,15 +21,13 @@ for one group. Groups outside ``train.decay`` are never decayed (their ``lam_<gr
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ..config import fields as schema_lib
 from ..config.fields import BOOL, INT, LIST, NUM, STR, ConfigError, Field, choice, ge, gt, suggest
-from ..config.points import Points, shared_base, validated
+from ..config.schema import Schema
 from ..core.vocabulary import MAX_STEPS, schedule_error
 from ..numerics import solve as solve_lib
 
@@ -118,7 +116,8 @@ def _classes(v):
     return None if 2 <= v <= MAX_CLASSES else f"must be in 2 … {MAX_CLASSES} (shapes drawn)"
 
 
-SCHEMA: dict[str, dict[str, Field]] = {
+# The sections of :data:`SCHEMA` (built at the end of the module, with the rules).
+SECTIONS: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: initialisation, minibatches, gradient flow's batch"),
     "attention": {
         "D": Field(INT, 32, "model width (residual stream)", ge(1)),
@@ -269,17 +268,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
         ),
     },
 }
-
-# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
-# once.
-NUMERIC_KEYS = schema_lib.traced_keys(SCHEMA)
-DEFAULTS: dict[str, Any] = schema_lib.defaults_of(SCHEMA)
-ALL_KEYS = schema_lib.keys_of(SCHEMA)
-
-
-def flatten(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested config → ``{"dynamics.lam": 0.1, ...}`` (the sweep table excluded)."""
-    return schema_lib.flatten(cfg, SCHEMA)
 
 
 def sequence_length(task: Mapping[str, Any]) -> tuple[str, int]:
@@ -467,31 +455,6 @@ def lr_of(point: Mapping[str, Any]) -> dict[str, float]:
     return {u: float(point["train"][f"lr_{u}"]) for u in GROUPS + FACTORS}
 
 
-def resolve(
-    source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """Load, override, fill defaults and validate every point of the sweep (a former
-    name, :data:`RENAMED`, is a ConfigError naming the new one). Returns the base config,
-    holding the derived values every point shares (each group's λ, unless the sweep
-    varies it); its ``sweep`` table is validated but not expanded."""
-    cfg = schema_lib.read_config(source, overrides, SCHEMA, renamed=RENAMED)
-    # Checked now, before anything compiles: every point, or a large sweep's
-    # representatives (rankflow.config.points.Points.representatives).
-    points = expand(cfg)
-    return shared_base(cfg, points.made(points.representatives()), SCHEMA)
-
-
-def expand(cfg: Mapping[str, Any]) -> Points:
-    """The product of the sweep lists (first key slowest): one validated point each,
-    with every group's λ filled in; a sequence made on demand."""
-    return Points(cfg, SCHEMA, validated(validate, derive), NUMERIC_KEYS)
-
-
-def structure_key(point: Mapping[str, Any]) -> str:
-    """Everything of a point that shapes the compiled program (numeric keys removed)."""
-    return schema_lib.structure_key(point, SCHEMA, NUMERIC_KEYS + ("name",))
-
-
 def save_steps(point: Mapping[str, Any]) -> list[int]:
     """The saved steps 0, eval_every, …, t1."""
     return list(range(0, point["save"]["t1"] + 1, point["train"]["eval_every"]))
@@ -503,5 +466,19 @@ def export_steps(point: Mapping[str, Any]) -> list[int]:
     return list(range(0, point["save"]["t1"] + 1, k)) if k else []
 
 
-def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(cfg))
+# The attention family's config: its sections and rules (its former key names among
+# them), and every operation on its configs (rankflow.config.schema.Schema).
+SCHEMA = Schema(SECTIONS, validate=validate, derive=derive, renamed=RENAMED)
+# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
+# once.
+NUMERIC_KEYS = SCHEMA.numeric_keys
+DEFAULTS: dict[str, Any] = SCHEMA.defaults
+ALL_KEYS = SCHEMA.all_keys
+# Load, override, fill defaults and validate every point of the sweep (a former name,
+# RENAMED, is a ConfigError naming the new one); the points of a resolved config (made
+# once per sweep); the structure key; the JSON copy; the flat dotted keys: the schema's.
+resolve = SCHEMA.resolve
+expand = SCHEMA.expand
+structure_key = SCHEMA.structure_key
+to_json = SCHEMA.to_json
+flatten = SCHEMA.flatten

@@ -259,8 +259,8 @@ def _split(parts: Mapping[tuple[str, ...], int]) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class AttentionFamily:
-    """Transformers whose heads are factor pairs: config :mod:`.config`, program
+class AttentionFamily(engine.Family):
+    """Transformers whose heads are factor pairs: config :data:`.config.SCHEMA`, program
     :class:`.program.Program`, two tables (``heads``, ``loss``; one run per point);
     ``export``: the folder of exported checkpoints (``train.export_every``), if any."""
 
@@ -268,7 +268,7 @@ class AttentionFamily:
 
     # The loss file first: the heads file marks a chunk finished.
     tables = (LOSS, store.RESULTS)
-    schema = config_lib
+    schema = config_lib.SCHEMA
     status_table = LOSS
 
     def paths(self, point: Mapping[str, Any]) -> int:

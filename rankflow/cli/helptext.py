@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..config.fields import MAX_RUNS, Field, Schema, parse_set
+from ..config.fields import MAX_RUNS, Field, Sections, parse_set
 from ..engine import devices
 from ..engine.store import STATUS
 
@@ -78,7 +78,9 @@ def toml_literal(value: Any) -> str:
     return repr(value)
 
 
-def key_rows(schema: Schema, numeric_keys: Iterable[str]) -> Iterator[tuple[str, str, Field, bool]]:
+def key_rows(
+    schema: Sections, numeric_keys: Iterable[str]
+) -> Iterator[tuple[str, str, Field, bool]]:
     """``(section, dotted key, field, numeric)`` of every key of ``schema``, in schema order:
     what :func:`keys_help` prints, and what the documentation's config reference
     (``docs/hooks.py``) tabulates."""
@@ -89,7 +91,7 @@ def key_rows(schema: Schema, numeric_keys: Iterable[str]) -> Iterator[tuple[str,
             yield sec, key, f, key in numeric
 
 
-def keys_help(schema: Schema, numeric_keys: Iterable[str]) -> str:
+def keys_help(schema: Sections, numeric_keys: Iterable[str]) -> str:
     """Every key of ``schema``, one TOML table after another: ``key = default: meaning``,
     numeric keys marked ``*``, and below an enumerated key ``one of: a, b, …``."""
     lines = [
@@ -116,7 +118,7 @@ def _section(title: str, entries: Iterable[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def set_help(schema: Schema) -> list[str]:
+def set_help(schema: Sections) -> list[str]:
     """How ``--set`` sets a key and a sweep axis (an example ``dynamics.kind``: its first
     value other than the default)."""
     kind = schema["dynamics"]["kind"]

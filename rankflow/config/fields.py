@@ -38,7 +38,7 @@ __all__ = [
     "ConfigError",
     "Field",
     "OneOf",
-    "Schema",
+    "Sections",
     "check_size",
     "check_sweep",
     "check_renamed",
@@ -119,7 +119,8 @@ class Field:
         return self.check.options if isinstance(self.check, OneOf) else None
 
 
-Schema = Mapping[str, Mapping[str, Field]]
+# A family's sections: section name ("" for the top level) → field name → Field.
+Sections = Mapping[str, Mapping[str, Field]]
 
 
 def ge(lo):
@@ -223,7 +224,7 @@ def schedule_fields(t1: str) -> dict[str, Field]:
     }
 
 
-def defaults_of(schema: Schema) -> dict[str, Any]:
+def defaults_of(schema: Sections) -> dict[str, Any]:
     """The config of a schema's defaults (top-level keys, sections, an empty sweep)."""
     out: dict[str, Any] = {k: f.default for k, f in schema[""].items()}
     out.update({sec: {k: f.default for k, f in fs.items()} for sec, fs in schema.items() if sec})
@@ -231,26 +232,26 @@ def defaults_of(schema: Schema) -> dict[str, Any]:
     return out
 
 
-def traced_keys(schema: Schema) -> tuple[str, ...]:
+def traced_keys(schema: Sections) -> tuple[str, ...]:
     """The dotted keys of a schema's traced fields (:attr:`Field.traced`), in schema
     order: the family's numeric keys, the program's traced inputs."""
     return tuple(k for k in keys_of(schema) if field(k, schema).traced)
 
 
-def traced_in(schema: Schema, section: str) -> tuple[str, ...]:
+def traced_in(schema: Sections, section: str) -> tuple[str, ...]:
     """The names of a section's traced fields (``("lam", "eta", …)`` of ``dynamics``)."""
     return tuple(name for name, f in schema[section].items() if f.traced)
 
 
-def keys_of(schema: Schema) -> tuple[str, ...]:
+def keys_of(schema: Sections) -> tuple[str, ...]:
     """A schema's dotted keys, in schema order."""
     return tuple(key for key, _, _ in _dotted(schema))
 
 
-_DOTTED: dict[int, tuple[Schema, list[tuple[str, str, str]]]] = {}  # id → (schema, rows)
+_DOTTED: dict[int, tuple[Sections, list[tuple[str, str, str]]]] = {}  # id → (schema, rows)
 
 
-def _dotted(schema: Schema) -> list[tuple[str, str, str]]:
+def _dotted(schema: Sections) -> list[tuple[str, str, str]]:
     """``(dotted key, section, name)`` of each field, made once per schema."""
     if _DOTTED.get(id(schema), (None,))[0] is not schema:
         rows = [(f"{s}.{k}" if s else k, s, k) for s, fs in schema.items() for k in fs]
@@ -258,7 +259,7 @@ def _dotted(schema: Schema) -> list[tuple[str, str, str]]:
     return _DOTTED[id(schema)][1]
 
 
-def field(key: str, schema: Schema) -> Field:
+def field(key: str, schema: Sections) -> Field:
     """The field of a dotted key; an unknown key is a ConfigError with a suggestion."""
     sec, _, name = key.rpartition(".")
     try:
@@ -267,7 +268,7 @@ def field(key: str, schema: Schema) -> Field:
         raise ConfigError(f"{key}: unknown key{suggest(key, keys_of(schema))}") from None
 
 
-def check_value(key: str, value: Any, schema: Schema) -> Any:
+def check_value(key: str, value: Any, schema: Sections) -> Any:
     """A single value checked against its field: type, finiteness, range. Returns it
     normalised (numbers of float fields as floats, sequences as lists)."""
     f = field(key, schema)
@@ -373,7 +374,7 @@ def parse_set(assignments: list[str]) -> dict[str, Any]:
     return out
 
 
-def set_dotted(cfg: dict, key: str, value: Any, schema: Schema) -> None:
+def set_dotted(cfg: dict, key: str, value: Any, schema: Sections) -> None:
     """Set ``cfg[section][name]`` (or ``cfg["sweep"][key]`` for ``"sweep.key"``); an
     unknown key is a ConfigError with a suggestion."""
     if key.startswith("sweep."):
@@ -390,7 +391,7 @@ def get_dotted(cfg: Mapping, key: str) -> Any:
     return (cfg[sec] if sec else cfg)[name]
 
 
-def flatten(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+def flatten(cfg: Mapping[str, Any], schema: Sections) -> dict[str, Any]:
     """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
     return {key: (cfg[sec] if sec else cfg)[name] for key, sec, name in _dotted(schema)}
 
@@ -437,7 +438,7 @@ def check_renamed(
 # --- resolution ------------------------------------------------------------------------
 
 
-def merge_defaults(raw: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+def merge_defaults(raw: Mapping[str, Any], schema: Sections) -> dict[str, Any]:
     """The schema's defaults updated with a raw config, every value checked alone."""
     cfg = copy.deepcopy(defaults_of(schema))
     for key, value in raw.items():
@@ -458,7 +459,7 @@ def merge_defaults(raw: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
     return cfg
 
 
-def check_sweep(sweep: dict[str, Any], schema: Schema) -> None:
+def check_sweep(sweep: dict[str, Any], schema: Sections) -> None:
     """Validate a ``[sweep]`` table in place: known, sweepable keys, each with a
     non-empty list of valid values."""
     for key, values in sweep.items():
@@ -486,7 +487,7 @@ def check_sweep(sweep: dict[str, Any], schema: Schema) -> None:
 def read_config(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | None,
-    schema: Schema,
+    schema: Sections,
     renamed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Load a config, refuse its former key names (``renamed``: old → new, see
@@ -504,7 +505,7 @@ def read_config(
     return cfg
 
 
-def copy_config(cfg: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
+def copy_config(cfg: Mapping[str, Any], schema: Sections) -> dict[str, Any]:
     """A deep copy that shares callables (a custom loss keeps its identity, and with it
     its compiled program). Section by section: the dicts, lists and scalars a config
     holds are copied directly (5× faster than ``copy.deepcopy``, which every point of a
@@ -540,7 +541,7 @@ def _copied(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def sweep_points(cfg: Mapping[str, Any], schema: Schema) -> list[dict[str, Any]]:
+def sweep_points(cfg: Mapping[str, Any], schema: Sections) -> list[dict[str, Any]]:
     """The product of the sweep lists: one config per point, in row-major order of the
     ``[sweep]`` table (the first key varies slowest), with an empty sweep. Points are
     copies, except callables (a custom loss), which all points share. Materialised: for
@@ -580,7 +581,7 @@ def check_size(runs: int, how: str) -> None:
         )
 
 
-def structure_key(point: Mapping[str, Any], schema: Schema, traced: Iterable[str]) -> str:
+def structure_key(point: Mapping[str, Any], schema: Sections, traced: Iterable[str]) -> str:
     """Everything of a point that shapes its family's compiled program, as JSON: every
     key but the ``traced`` ones; a callable (a custom loss) by its name and identity."""
     flat = flatten(point, schema)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .fields import (
     ConfigError,
-    Schema,
+    Sections,
     copy_config,
     env_limit,
     flatten,
@@ -38,7 +38,6 @@ __all__ = [
     "max_structures",
     "paused_gc",
     "shared_base",
-    "validated",
 ]
 
 # Sweeps of at most this many points are checked point by point; larger ones through
@@ -97,7 +96,7 @@ class Points(OnDemand):
     def __init__(
         self,
         cfg: Mapping[str, Any],
-        schema: Schema,
+        schema: Sections,
         finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         numeric: Sequence[str] = (),
     ):
@@ -381,7 +380,7 @@ def _strides(shape: Sequence[int]) -> list[int]:
 
 
 def shared_base(
-    cfg: Mapping[str, Any], points: Iterable[Mapping[str, Any]], schema: Schema
+    cfg: Mapping[str, Any], points: Iterable[Mapping[str, Any]], schema: Sections
 ) -> dict[str, Any]:
     """``cfg`` with every key the sweep does not vary set to the value all ``points``
     share, where they share one: the saved config then holds the derived values (a
@@ -400,16 +399,3 @@ def shared_base(
     for key, value in (shared or {}).items():
         set_dotted(out, key, value, schema)
     return out
-
-
-def validated(
-    validate: Callable[[dict[str, Any]], None], derive: Callable[[dict[str, Any]], dict[str, Any]]
-) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """A family's ``finish`` of a point: ``validate`` it (raising ``ConfigError``), then
-    fill its derived values with ``derive`` (which returns the point)."""
-
-    def finish(point: dict[str, Any]) -> dict[str, Any]:
-        validate(point)
-        return derive(point)
-
-    return finish

@@ -16,7 +16,6 @@ command line (``--set dynamics.lam=0.1``), in ``[sweep]`` and as the results col
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +31,6 @@ from ..config.fields import (
     STR,
     ConfigError,
     Field,
-    Schema,
     choice,
     defaults_of,
     ge,
@@ -43,7 +41,7 @@ from ..config.fields import (
     parse_set,
     seed_range,
 )
-from ..config.points import Points, shared_base, validated
+from ..config.schema import Schema
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .vocabulary import (
     BATCH_PAD_RATIO,
@@ -95,7 +93,8 @@ __all__ = [
 ]
 
 
-SCHEMA: dict[str, dict[str, Field]] = {
+# The sections of :data:`SCHEMA` (built at the end of the module, with the rules).
+SECTIONS: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: problem data, initialisation, noise"),
     "problem": {
         "kind": Field(STR, "diagonal", "loss of W = ABᵀ", one_of(PROBLEM_KINDS)),
@@ -221,23 +220,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
         ),
     },
 }
-
-# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
-# once. Every other key is structural (one program per value).
-NUMERIC_KEYS = schema_lib.traced_keys(SCHEMA)
-# What a program takes per run: the numeric keys and the minibatch size, which sgd's
-# program traces although the key is structural for the sweep (a swept batch is a table
-# column of its own, and the minibatch SME compiles one program per value):
-# :func:`structure_key` leaves it out where :func:`~.vocabulary.batch_traced`.
-PROGRAM_KEYS = NUMERIC_KEYS + ("dynamics.batch",)
-DEFAULTS: dict[str, Any] = defaults_of(SCHEMA)
-ALL_KEYS = keys_of(SCHEMA)
-
-
-def flatten(cfg: Mapping[str, Any], schema: Schema = SCHEMA) -> dict[str, Any]:
-    """Nested config → ``{"dynamics.lam": 0.05, ...}`` (the sweep table excluded)."""
-    return schema_lib.flatten(cfg, schema)
-
 
 # --- validation (pure) -------------------------------------------------------------------
 
@@ -484,14 +466,51 @@ def warn_deterministic(points: list[Mapping[str, Any]]) -> None:
 # --- resolution ------------------------------------------------------------------------
 
 
+def sweep_batch_pads(cfg: Mapping[str, Any]) -> dict[int, int]:
+    """What :func:`derive` needs of the whole sweep: sgd's minibatch pads of the swept
+    ``dynamics.batch`` values (:func:`~.vocabulary.batch_pads`)."""
+    swept = (cfg.get("sweep") or {}).get("dynamics.batch") or ()
+    return batch_pads(b for b in swept if type(b) is int and b >= 1)
+
+
+def traced_batch(point: Mapping[str, Any]) -> tuple[str, ...]:
+    """``dynamics.batch`` where the point's program traces it
+    (:func:`~.vocabulary.batch_traced`; sgd's ``dynamics.batch_pad`` stays
+    structural), else nothing: left out of the structure key."""
+    return ("dynamics.batch",) if batch_traced(point["dynamics"]) else ()
+
+
+# The core family's config: its sections and rules, and every operation on its configs
+# (rankflow.config.schema.Schema).
+SCHEMA = Schema(
+    SECTIONS,
+    validate=validate,
+    derive=derive,
+    prepare=sweep_batch_pads,
+    traced_also=traced_batch,
+    warn=(warn_deterministic, warn_narrow),
+)
+# Traced inputs of the compiled program (Field.traced): a sweep over any of them compiles
+# once. Every other key is structural (one program per value).
+NUMERIC_KEYS = SCHEMA.numeric_keys
+# What a program takes per run: the numeric keys and the minibatch size, which sgd's
+# program traces although the key is structural for the sweep (a swept batch is a table
+# column of its own, and the minibatch SME compiles one program per value):
+# :func:`structure_key` leaves it out where :func:`traced_batch`.
+PROGRAM_KEYS = NUMERIC_KEYS + ("dynamics.batch",)
+DEFAULTS: dict[str, Any] = SCHEMA.defaults
+ALL_KEYS = SCHEMA.all_keys
+
+
 def resolve(
     source: str | Path | Mapping[str, Any],
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load, override, fill defaults and validate every point of the sweep. Returns the
-    base config, holding the derived values every point shares (see
+    """Load, override, fill defaults and validate every point of the sweep
+    (:meth:`rankflow.config.schema.Schema.resolve` of :data:`SCHEMA`). Returns the base
+    config, holding the derived values every point shares (see
     :func:`rankflow.config.points.shared_base`); its ``sweep`` table is validated but not
-    expanded: see :func:`expand`.
+    expanded: see :func:`expand`, which reuses this expansion.
 
     Examples:
       >>> import rankflow
@@ -504,39 +523,12 @@ def resolve(
       >>> cfg["sweep"]
       {'dynamics.lam': [0.0, 0.1]}
     """
-    cfg = schema_lib.read_config(source, overrides, SCHEMA)
-    # Validated now (every point, or of a large sweep its representatives), so that no
-    # bad point surfaces after compiling.
-    points = expand(cfg)
-    checked = points.made(points.representatives())
-    warn_deterministic(checked)
-    warn_narrow(checked)
-    return shared_base(cfg, checked, SCHEMA)
+    return SCHEMA.resolve(source, overrides)
 
 
-def expand(cfg: Mapping[str, Any]) -> Points:
-    """The product of the sweep lists: one validated point per combination, its derived
-    values filled, in row-major order of the ``[sweep]`` table (the first key varies
-    slowest). A sequence made on demand (:class:`rankflow.config.points.Points`)."""
-    swept = (cfg.get("sweep") or {}).get("dynamics.batch") or ()
-    pads = batch_pads(b for b in swept if type(b) is int and b >= 1)
-    finish = validated(validate, lambda point: derive(point, pads))
-    return Points(cfg, SCHEMA, finish, NUMERIC_KEYS)
-
-
-def structure_key(point: Mapping[str, Any]) -> str:
-    """Everything of a point that shapes the compiled program (numeric keys removed, and
-    ``dynamics.batch`` where the program traces it: :func:`~.vocabulary.batch_traced`;
-    sgd's ``dynamics.batch_pad`` stays)."""
-    traced = PROGRAM_KEYS if batch_traced(point["dynamics"]) else NUMERIC_KEYS
-    return schema_lib.structure_key(point, SCHEMA, traced)
-
-
-def to_json(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON-serialisable copy (a custom loss callable becomes its qualified name)."""
-    out = copy.deepcopy({k: v for k, v in cfg.items() if k != "problem"})
-    out["problem"] = dict(cfg["problem"])
-    loss = out["problem"].get("loss")
-    if callable(loss):
-        out["problem"]["loss"] = callable_identity(loss)
-    return out
+# The points of a resolved config (made once per sweep), the structure key, the JSON
+# copy and the flat dotted keys of a config: the schema's (rankflow.config.schema).
+expand = SCHEMA.expand
+structure_key = SCHEMA.structure_key
+to_json = SCHEMA.to_json
+flatten = SCHEMA.flatten

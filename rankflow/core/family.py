@@ -150,18 +150,22 @@ def default_chunk_size(point: Mapping[str, Any]) -> int:
     return int(min(MAX_CHUNK, 2 ** int(np.log2(fit))))
 
 
-class CoreFamily:
-    """Factor pairs W = ABᵀ under a flow or an optimizer: config :mod:`rankflow.core.config`,
-    program :class:`rankflow.core.program.Program`, one table (one row per run × path ×
-    save); with ``states``, the states table beside it (``save.states``: written first,
-    so a chunk's results file marks both finished)."""
+class CoreFamily(engine.Family):
+    """Factor pairs W = ABᵀ under a flow or an optimizer: config
+    :data:`rankflow.core.config.SCHEMA`, program :class:`rankflow.core.program.Program`,
+    one table (one row per run × path × save); with ``states``, the states table beside
+    it (``save.states``: written first, so a chunk's results file marks both
+    finished)."""
 
-    schema = config_lib
+    schema = config_lib.SCHEMA
     status_table = store.RESULTS
 
     def __init__(self, states: bool = False):
         self.states = states
-        self.tables = (store.STATES, store.RESULTS) if states else (store.RESULTS,)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (store.STATES, store.RESULTS) if self.states else (store.RESULTS,)
 
     def paths(self, point: Mapping[str, Any]) -> int:
         return point["dynamics"]["paths"]

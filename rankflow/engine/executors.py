@@ -153,7 +153,7 @@ def run_chunks(
         mine = chunks if indices is None else (chunks[i] for i in indices)
         return (c for c in mine if c.index not in finished)
 
-    swept = swept_structure_keys(cfg, family.schema.NUMERIC_KEYS)
+    swept = swept_structure_keys(cfg, family.schema.numeric_keys)
     frames = []
     total = sum(c.rows for c in chunks)
     left = (sum(c.rows for c in todo()), sum(1 for _ in todo()))
@@ -199,9 +199,9 @@ def sweep_identity(
 def user_code(family: Family, cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The identity of the user code a family's resolved config names (a custom loss):
     :func:`rankflow.config.usercode.code_of` over the fields its schema marks
-    ``callables``; empty for a family without such fields."""
-    schema = getattr(family.schema, "SCHEMA", None)
-    return code_of(cfg, schema) if schema is not None else {}
+    ``callables`` (``family.schema.callables``); empty for a family without such
+    fields."""
+    return code_of(cfg, family.schema) if family.schema.callables else {}
 
 
 def array_task(

@@ -141,7 +141,7 @@ def plan(family: Family, cfg: Mapping[str, Any], chunk: int | None = None, facts
     """``(points, chunks)`` of a family's resolved config; ``chunk`` runs per chunk
     (default: the family's ``chunk_size`` of each structure); ``facts``: see
     :func:`chunk_plan`."""
-    points = family.schema.expand(cfg)
+    points = family.schema.expand(cfg)  # resolve's expansion, where cfg is resolve's
     chunks = chunk_plan(
         points,
         family.schema.structure_key,
@@ -160,15 +160,16 @@ def checked_plan(
     check O(1) in the sizes:
 
     - a run saving more than :func:`~.resources.max_saves` times is refused (the
-      family's ``saves(point)``);
+      family's ``saves(point)``, where it says);
     - run locally, a structure one run of which needs more memory than the device has
       free is refused, naming the estimate and the keys that set it (``run_bytes``,
-      ``memory_parts``, ``shared_bytes``: what a chunk's runs share), and chunks that do
-      not fit are shrunk (``chunk``: the size used);
-    - the family's ``check(point)``, where it has one (a custom loss is evaluated once);
+      where the family has a memory model; ``memory_parts``; ``shared_bytes``: what a
+      chunk's runs share), and chunks that do not fit are shrunk (``chunk``: the size
+      used);
+    - the family's ``check(point)`` (a custom loss is evaluated once);
     - then a sweep whose results tables (``result_bytes`` per run) would not fit in
       memory when read back is refused."""
-    local = executor == "local" and getattr(family, "run_bytes", None) is not None
+    local = executor == "local"
     free, where = device_memory() if local else (0, "")
     learn = partial(_facts, family, free=free, where=where, local=local)
     points, chunks = plan(family, cfg, chunk, facts=learn)
@@ -176,13 +177,13 @@ def checked_plan(
         fit = _fit(chunks, chunk, free)
         if fit != chunk:
             print(
-                f"rankflow: chunks of {chunks[0].pad_to} runs need more than the {_gib(free)} "
+                f"rankflow: chunks of {chunks[0].pad_to} runs need more than the {gib(free)} "
                 f"free on the {where}; running chunks of {fit} runs (--chunk)",
                 file=sys.stderr,
             )
             chunk, chunks = fit, chunks.resized(fit)
-    if getattr(family, "result_bytes", None) is not None:  # read back at the end
-        total = sum(chunks.group_runs(g) * f["result"] for g, f in enumerate(chunks.facts))
+    total = sum(chunks.group_runs(g) * f["result"] for g, f in enumerate(chunks.facts))
+    if total:  # read back at the end
         fix = "sweep fewer points or save less often"
         runs = f"{chunks.runs:,} runs"
         check_fits(total, ["sweep"], runs, "its results table", host_memory(), fix)
@@ -191,28 +192,20 @@ def checked_plan(
 
 def _facts(family, point, *, free: int, where: str, local: bool) -> dict[str, int]:
     """What :func:`checked_plan` needs of a structure, from its first point, refusing
-    it at once where a check fails: its saves, a run that cannot fit ``free`` bytes,
-    the family's own check."""
-    saves = getattr(family, "saves", None)
+    it at once where a check fails: its saves, a run that cannot fit ``free`` bytes
+    (``local``, where the family has a memory model), the family's own check. ``one``:
+    a run's bytes (0 without a memory model); ``shared``: a chunk's; ``result``: a
+    run's read back."""
+    saves = family.saves(point)
     if saves is not None:
-        check_saves(*saves(point))
-    out = {"one": 0, "shared": 0, "result": 0}
-    if local:
-        shared_bytes = getattr(family, "shared_bytes", None)
-        out["one"] = family.run_bytes(point)
-        out["shared"] = shared_bytes(point) if shared_bytes is not None else 0
-        if out["shared"] + out["one"] > budget(free):
-            parts = getattr(family, "memory_parts", None)
-            keys = dominant_keys(parts(point)) if parts is not None else family.size_keys
-            check_fits(
-                out["shared"] + out["one"], keys, sizes_text(point, keys), free=(free, where)
-            )
-    result_bytes = getattr(family, "result_bytes", None)
-    if result_bytes is not None:
-        out["result"] = result_bytes(point)
-    check = getattr(family, "check", None)
-    if check is not None:
-        check(point)
+        check_saves(*saves)
+    one = family.run_bytes(point) if local else None
+    out = {"one": one or 0, "shared": family.shared_bytes(point) if one else 0}
+    if one and out["shared"] + one > budget(free):
+        keys = dominant_keys(family.memory_parts(point))
+        check_fits(out["shared"] + one, keys, sizes_text(point, keys), free=(free, where))
+    out["result"] = family.result_bytes(point)
+    family.check(point)
     return out
 
 
@@ -222,17 +215,9 @@ def _fit(chunks: ChunkPlan, chunk: int | None, free: int) -> int | None:
     fit = chunk
     for g, f in enumerate(chunks.facts):
         pad, one, shared = chunks.pad(g), f["one"], f["shared"]
-        if shared + pad * one > room:
+        if one and shared + pad * one > room:
             fit = min(fit or pad, max(1, (room - shared) // one))
     return fit
-
-
-def _gib(n: float) -> str:
-    return gib(n)
-
-
-def _sizes(family: Family, point: Mapping[str, Any]) -> str:
-    return sizes_text(point, family.size_keys)
 
 
 def device_memory() -> tuple[int, str]:
@@ -249,7 +234,7 @@ def resource_error(
     text = str(exc)
     if "RESOURCE_EXHAUSTED" not in text and "out of memory" not in text.lower():
         return None
-    sizes = _sizes(family, point) if getattr(family, "size_keys", None) else "its sizes"
+    sizes = sizes_text(point, family.size_keys) if family.size_keys else "its sizes"
     return ConfigError(
         f"out of memory running a chunk of {rows} runs ({sizes}); pass a smaller "
         f"--chunk or make the problem smaller"

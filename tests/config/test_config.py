@@ -344,7 +344,8 @@ def test_attention_takes_the_core_names():
         "warmup": None,
         "final_fraction": None,
     }
-    assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2, "cross_gaps": False} and cfg["init"] == {"scale": 0.5}
+    assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2, "cross_gaps": False}
+    assert cfg["init"] == {"scale": 0.5}
     assert cfg["solver"]["diverge_norm"] == 1e3
     assert A.save_steps(cfg) == [0, 10, 20]
     over = A.resolve({}, {"dynamics.eta": 0.02, "sweep.init.scale": [1.0, 2.0]})
