@@ -11,9 +11,10 @@ against a null pairing of factors from different heads.
     res = inspect_checkpoint("path/to/model", out="out/inspect")   # rankflow inspect
     res.heads          # one row per (layer, pair, head or group)
 
-Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_families`` (naming and
-layout of each family, per-head factors), ``_stats`` (statistics of one pair),
-``_run`` (the loop, null pairing and outputs), ``_summary`` (the rows theory predicts,
+Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_layout`` (the head layout, tensor
+names), ``_detect`` (inferring the layout), ``_families`` (per-head factors), ``_stats`` (statistics of one pair),
+``_layer`` (one layer: its units, null pairing, rows and pair gaps), ``_run`` (the loop
+and outputs), ``_summary`` (the rows theory predicts,
 layout notes, ``summary.md``), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
 random initialisations), ``_correlation`` (the second test per pair: the off-diagonal
@@ -62,6 +63,7 @@ from ._findings import grade as grade
 from ._hub import hub_cache as hub_cache
 from ._hub import locate as locate
 from ._hub import resolve_repo as resolve_repo
+from ._layer import inspect_layer as inspect_layer
 from ._lr import predicted_exponents as predicted_exponents
 from ._lr import read_lr_schedule as read_lr_schedule
 from ._permutation import FalsePositives as FalsePositives
@@ -84,7 +86,6 @@ from ._reference import reference_text as reference_text
 from ._run import ID_COLUMNS as ID_COLUMNS
 from ._run import Inspection as Inspection
 from ._run import inspect_checkpoint as inspect_checkpoint
-from ._run import inspect_layer as inspect_layer
 from ._run import load_inspection as load_inspection
 from ._run import parse_layers as parse_layers
 from ._series import SeriesInspection as SeriesInspection
