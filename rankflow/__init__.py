@@ -28,13 +28,15 @@ import importlib
 from typing import Any
 
 from .api import run as run
+from .config import version as _version
 from .config.fields import ConfigError as ConfigError
 from .core.config import resolve as resolve
 from .engine.devices import use_all_cores as use_all_cores
 from .engine.states import load_states as load_states
 from .engine.store import load as load
 
-__version__ = "0.1.0"
+# Written once, in pyproject.toml; read from the installed distribution's metadata.
+__version__ = _version.VERSION
 SUBPACKAGES = (
     "attention",
     "cli",

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import rankflow
 from rankflow.cli.demo import DEMO_CONFIG
-from rankflow.config import resources
+from rankflow.config import resources, version
 from rankflow.reproduce import EXPERIMENTS
 from rankflow.reproduce._common import SIMS, config_path
 
@@ -77,6 +78,36 @@ def test_an_installed_copy_is_found_before_the_checkout(tmp_path, monkeypatch):
     assert resources.sims_path("reproduce/toy.toml") == tmp_path / "sims/reproduce/toy.toml"
     (tmp_path / "sims").rmdir()
     assert resources.sims_dir() == ROOT / "sims"
+
+
+def test_the_version_is_written_once_in_pyproject():
+    """``rankflow.__version__`` is the installed distribution's version, which is
+    pyproject's (issue #42); the engine's marker records that same version."""
+    from importlib import metadata
+
+    from rankflow.engine import writer
+
+    assert rankflow.__version__ == metadata.version("rankflow") == PYPROJECT["project"]["version"]
+    assert writer.VERSION is rankflow.__version__
+    source = (ROOT / "rankflow" / "__init__.py").read_text()
+    assert not re.search(r"__version__\s*=\s*['\"]", source), "a version literal in __init__"
+
+
+def test_without_metadata_the_version_is_the_checkouts_pyproject(tmp_path, monkeypatch):
+    """The fallback, only where the distribution's metadata is absent: pyproject.toml
+    beside the package if it is rankflow's, else ``0+unknown``."""
+
+    def absent(name):
+        raise version.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(version.metadata, "version", absent)
+    assert version.installed_version() == PYPROJECT["project"]["version"]
+    other = tmp_path / "pyproject.toml"
+    other.write_text('[project]\nname = "other"\nversion = "9.9"\n')
+    assert version.installed_version(other) == version.UNKNOWN
+    assert version.installed_version(tmp_path / "missing.toml") == version.UNKNOWN
+    other.write_text('[project]\nname = "rankflow"\nversion = "2.0"\n')
+    assert version.installed_version(other) == "2.0"
 
 
 def _lower_bound(spec: str) -> str:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..config.fields import ConfigError
+from ..config.version import VERSION
 
 __all__ = ["LOCK", "Busy", "WriterLock", "check_out", "claimed"]
 
@@ -196,14 +197,12 @@ class WriterLock:
                 file=sys.stderr,
             )
         self.fresh = not [n for n in os.listdir(self.out) if n != LOCK]
-        from .. import __version__
-
         command = " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])[:200]
         # What made the directory stays; a marker of an older rankflow gains what it lacks.
         made = {} if self.fresh else {k: old[k] for k in _MARK[1:] if old.get(k)}
         self._mark = {
             "kind": self.kind,
-            "version": __version__,
+            "version": VERSION,
             "command": command,
             "id": secrets.token_hex(8),
         } | made
