@@ -11,11 +11,11 @@ against a null pairing of factors from different heads.
     res = inspect_checkpoint("path/to/model", out="out/inspect")   # rankflow inspect
     res.heads          # one row per (layer, pair, head or group)
 
-Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_layout`` (the head layout, tensor
-names), ``_detect`` (inferring the layout), ``_families`` (per-head factors), ``_stats`` (statistics of one pair),
-``_layer`` (one layer: its units, null pairing, rows and pair gaps), ``_run`` (the loop
-and outputs), ``_summary`` (the rows theory predicts,
-layout notes, ``summary.md``), ``_permutation`` (the
+Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_layout`` (the head
+layout, tensor names), ``_detect`` (inferring the layout), ``_families`` (per-head
+factors), ``_stats`` (statistics of one pair), ``_layer`` (one layer: its units, null
+pairing, rows and pair gaps), ``_run`` (the loop and outputs), ``_summary`` (the rows
+theory predicts, layout notes, ``summary.md``), ``_permutation`` (the
 layer-stratified permutation test over head pairings and its false-positive rate on
 random initialisations), ``_correlation`` (the second test per pair: the off-diagonal
 Gram correlation against the same null pairings), ``_findings`` (graded findings, the
@@ -23,7 +23,8 @@ effect's bootstrap interval), ``_reference`` (the training reference shipped wit
 ``_spectra`` (singular-value spectra with a Marchenko–Pastur
 noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
 ``_series`` (checkpoints across training: the decay of each
-head's gap against the step, against T5/T4's prediction), ``_lr`` (a series' learning
+head's gap against the step, against T5/T4's prediction), ``_sources`` (a series'
+checkpoints and steps), ``_rates`` (its fitted decay rates), ``_lr`` (a series' learning
 rate and the exponents it predicts), ``_hub`` (Hugging Face repo
 ids → the local cache), ``_archive`` (file kinds by magic bytes; a zipped model folder read
 through a temporary folder), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).

@@ -24,9 +24,9 @@ headers) before any tensor is read; outputs are written at the end, each atomica
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,12 +36,16 @@ import numpy as np
 import pandas as pd
 
 from ..engine.writer import check_out, claimed
-from ._archive import ARCHIVES, archive_error, file_kind
 from ._checkpoint import InspectError, open_checkpoint
 from ._families import check_shapes, infer_layout
-from ._hub import is_repo_id, locate, split_revision
+from ._hub import locate
 from ._lr import learning_rate
+from ._rates import UNIT_KEYS as UNIT_KEYS
+from ._rates import fit_series as fit_series
 from ._run import Inspection, inspect_checkpoint, parse_layers
+from ._sources import is_series as is_series
+from ._sources import names_and_steps
+from ._sources import series_sources as series_sources
 from ._stats import STATISTICS
 
 __all__ = [
@@ -58,9 +62,6 @@ LAYER_RATES_TABLE = "layer_rates.parquet"
 SERIES_META = "series.json"
 # Layout fields that every checkpoint of a series must share (the tensor shapes follow).
 _SAME = ("arch", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "rotary_dim")
-# The identity of one unit across checkpoints.
-UNIT_KEYS = ["layer", "pair", "unit", "head", "group", "theory"]
-_WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
 
 
 @dataclass(frozen=True)
@@ -90,184 +91,6 @@ class SeriesInspection:
     out: Path | None = None
 
 
-# --- sources: paths and steps ----------------------------------------------------------
-
-
-def _step_of(name: str) -> int | None:
-    """The step in a revision's name: ``step1000``, ``checkpoint-1000``,
-    ``global_step1000``, ``iter_0001000``, ``1000`` (None: no step in it)."""
-    m = re.fullmatch(r"(?:global_step|checkpoint|step|iter|revision|ckpt)?[-_]?(\d+)", name)
-    return int(m[1]) if m else None
-
-
-def series_sources(path: str | Path) -> tuple[list[str], list[int]]:
-    """(checkpoints, steps) of a folder of revisions or a list file.
-
-    A folder of revisions holds one sub-folder per checkpoint named by its step
-    (``step1000``, ``checkpoint-1000``, ``global_step1000``, ``1000``); sub-folders
-    without a step in the name are ignored. A list file (any other file) has one
-    checkpoint per line, ``STEP PATH`` (whitespace or comma between; ``#`` comments;
-    relative paths are relative to the list file; PATH may be a Hub repo id
-    ``org/name@revision``).
-
-    Examples:
-        >>> import pathlib, tempfile
-        >>> from rankflow.inspect import series_sources
-        >>> with tempfile.TemporaryDirectory() as d:
-        ...     for name in ("step1000", "checkpoint-500", "plots"):  # plots: no step
-        ...         pathlib.Path(d, name).mkdir()
-        ...     paths, steps = series_sources(d)
-        >>> [pathlib.Path(p).name for p in paths], steps
-        (['checkpoint-500', 'step1000'], [500, 1000])
-    """
-    p = Path(path)
-    if p.is_dir():
-        subs = [(_step_of(d.name), str(d)) for d in p.iterdir() if d.is_dir()]
-        found = sorted((s, d) for s, d in subs if s is not None)
-        if len(found) < 2:
-            raise InspectError(
-                f"{p}: a folder of revisions needs at least 2 sub-folders named by their "
-                f"step (step1000, checkpoint-1000, …); found {len(found)}"
-            )
-        return [f for _, f in found], [s for s, _ in found]
-    if not p.is_file():
-        raise InspectError(f"{p}: no such file or directory")
-    kind = file_kind(p)  # the parser below reads text only
-    if kind in ARCHIVES:
-        raise archive_error(p, kind, "a list file of `STEP PATH` lines")
-    if kind != "text":
-        raise InspectError(
-            f"{p}: a {kind} file, not a list file of `STEP PATH` lines (a checkpoint is a "
-            ".safetensors file, an index or a folder)"
-        )
-    paths, steps = [], []
-    for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = re.split(r"[\s,]+", line, maxsplit=1)
-        if len(parts) != 2 or not re.fullmatch(r"\d+", parts[0]):
-            raise InspectError(f"{p}: line {n}: field 'step': expected `STEP PATH`, got {line!r}")
-        target = parts[1].strip()
-        here = p.parent / target
-        paths.append(target if is_repo_id(target) and not here.exists() else str(here))
-        steps.append(int(parts[0]))
-    return paths, steps
-
-
-def _check_steps(steps: Sequence[int], paths: Sequence[str], where: str) -> list[int]:
-    """Steps as ints, one per checkpoint, strictly increasing, ≥ 0."""
-    if len(steps) != len(paths):
-        raise InspectError(
-            f"{where}: {len(steps)} steps for {len(paths)} checkpoints; give one step each"
-        )
-    if len(paths) < 2:
-        raise InspectError(f"{where}: a series needs at least 2 checkpoints, got {len(paths)}")
-    out = []
-    for s in steps:
-        try:
-            v = int(s)
-        except (TypeError, ValueError):
-            raise InspectError(f"{where}: step {s!r} is not a whole number") from None
-        if v != float(s) or v < 0:
-            raise InspectError(f"{where}: step {s!r} is not a whole number ≥ 0")
-        out.append(v)
-    for i in range(1, len(out)):
-        if out[i] == out[i - 1]:
-            raise InspectError(f"{where}: step {out[i]} appears twice ({paths[i - 1]}, {paths[i]})")
-        if out[i] < out[i - 1]:
-            raise InspectError(
-                f"{where}: steps are not increasing: {out[i - 1]} ({paths[i - 1]}) before "
-                f"{out[i]} ({paths[i]}); list the checkpoints in training order"
-            )
-    return out
-
-
-# --- the fits ----------------------------------------------------------------------------
-
-
-def _rate(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
-    """(rate, stderr, points used) of ``y ≈ e^{a − rate·x}`` (NaN with < 2 usable)."""
-    from ..theory import fit_rate
-
-    keep = np.isfinite(y) & (y > 0)
-    if keep.sum() < 2:
-        return float("nan"), float("nan"), int(keep.sum())
-    rate, se = fit_rate(x[keep], y[keep])
-    return rate, se, int(keep.sum())
-
-
-def fit_series(
-    heads: pd.DataFrame, statistic: str = "balance_gap_rel", exponents: Mapping | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rates per unit, rates per layer) of a stacked heads table (columns ``step``,
-    :data:`UNIT_KEYS`, ``statistic`` and ``null_<statistic>``).
-
-    Per unit: ``rate`` ± ``rate_se`` (per step) of ``statistic``, ``null_rate`` ±
-    ``null_rate_se`` of its null twin, ``gap_first``/``gap_last``; with ``exponents``
-    (:func:`predicted_exponents`): ``predicted_rate`` and ``predicted_rate_gf`` (the
-    predictions fitted at the same steps) and ``rate_over_predicted``. Per (layer,
-    pair) over the theory units: the median and quartiles of ``rate``, the median of
-    ``null_rate``, and ``median_gap_rate`` fitted to the per-step median gap.
-
-    Examples:
-        One head whose gap falls by e^{−1} in 100 steps, its null pairing's by 10%:
-
-        >>> import pandas as pd
-        >>> from rankflow.inspect import fit_series
-        >>> heads = pd.DataFrame({"step": [0, 100], "layer": 0, "pair": "qk", "unit": "head",
-        ...                       "head": 0, "group": 0, "theory": True,
-        ...                       "balance_gap_rel": [0.2, 0.2 * 0.36787944117144233],
-        ...                       "null_balance_gap_rel": [0.5, 0.45]})
-        >>> rates, layer_rates = fit_series(heads)
-        >>> rates[["rate", "null_rate"]].round(6).values.tolist()
-        [[0.01, 0.001054]]
-        >>> layer_rates[["layer", "pair", "units", "rate_median"]].values.tolist()
-        [[0, 'qk', 1, 0.01]]
-    """
-    steps = np.sort(heads["step"].unique()).astype(np.float64)
-    pred = {}
-    for key, name in (("gd", "predicted_rate"), ("gf", "predicted_rate_gf")):
-        pred[name] = _rate(steps, np.exp(-exponents[key]))[0] if exponents else float("nan")
-    rows = []
-    for key, g in heads.groupby(UNIT_KEYS, sort=True):
-        g = g.sort_values("step")
-        x = g["step"].to_numpy(np.float64)
-        rate, se, n = _rate(x, g[statistic].to_numpy(np.float64))
-        null, null_se, _ = _rate(x, g["null_" + statistic].to_numpy(np.float64))
-        rows.append(
-            dict(zip(UNIT_KEYS, key), statistic=statistic, n_points=n,
-                 step_first=int(x[0]), step_last=int(x[-1]),
-                 gap_first=float(g[statistic].iloc[0]), gap_last=float(g[statistic].iloc[-1]),
-                 rate=rate, rate_se=se, null_rate=null, null_rate_se=null_se, **pred,
-                 rate_over_predicted=_ratio(rate, pred["predicted_rate"]))
-        )  # fmt: skip
-    rates = pd.DataFrame(rows)
-    return rates, _layer_rates(heads, rates, statistic, pred)
-
-
-def _ratio(a: float, b: float) -> float:
-    """``a/b``, NaN where b is 0 (λ = 0 predicts no decay: no ratio to it)."""
-    return a / b if b != 0 else float("nan")
-
-
-def _layer_rates(heads, rates, statistic, pred) -> pd.DataFrame:
-    """Per (layer, pair): distribution over the theory units of their fitted rates."""
-    rows = []
-    t = heads[heads["theory"]]
-    for (layer, pair), r in rates[rates["theory"]].groupby(["layer", "pair"], sort=True):
-        med = t[(t["layer"] == layer) & (t["pair"] == pair)].groupby("step")[statistic].median()
-        mrate, mse, _ = _rate(med.index.to_numpy(np.float64), med.to_numpy(np.float64))
-        q = r["rate"].quantile([0.25, 0.5, 0.75]).to_numpy()
-        rows.append(
-            dict(layer=layer, pair=pair, statistic=statistic, units=len(r),
-                 rate_median=q[1], rate_q25=q[0], rate_q75=q[2],
-                 null_rate_median=r["null_rate"].median(),
-                 median_gap_rate=mrate, median_gap_rate_se=mse, **pred)
-        )  # fmt: skip
-    return pd.DataFrame(rows)
-
-
 # --- the series --------------------------------------------------------------------------
 
 
@@ -290,19 +113,6 @@ def _open_all(paths, arch, heads, layers) -> list[Path]:
                 )
         local.append(ckpt.path)
     return local
-
-
-def _expand(paths, revisions) -> list[str]:
-    """One checkpoint name per revision: ``org/name@rev`` for a repo id (or a path's
-    revision sub-folder is not a thing: revisions need a repo id)."""
-    if not revisions:
-        return [str(p) for p in paths]
-    if len(paths) != 1 or not is_repo_id(str(paths[0])) or "@" in str(paths[0]):
-        raise InspectError(
-            "--revision: give one Hugging Face repo id (org/name) with the revisions, e.g. "
-            "EleutherAI/pythia-70m --revision step1000 step2000"
-        )
-    return [f"{paths[0]}@{r}" for r in revisions]
 
 
 def inspect_series(
@@ -380,107 +190,83 @@ def inspect_series(
         [0.010025, 0.01]
         >>> root.cleanup()
     """
+    plan = _series_plan(paths, steps, revisions, out, statistic, (lr, lam, schedule))
+    read = {"arch": arch, "layers": layers, "heads": heads, "rank_tol": rank_tol}
+    table, first, local = _heads_over_steps(plan, read, progress)
+    res = _fitted(plan, local, table, first, rank_tol)
+    return res if out is None else _series_written(res, Path(out), figures)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A checked series: its checkpoints' names and steps, the gap statistic fitted, the
+    exponents of the predicted decay and the learning rate's fields of ``series.json``
+    (:func:`~._lr.learning_rate`), and when it started."""
+
+    names: list[str]
+    steps: list[int]
+    statistic: str
+    exps: dict | None
+    lr_meta: dict
+    t0: datetime.datetime
+
+
+def _series_plan(paths, steps, revisions, out, statistic, lr_given) -> _Plan:
+    """Refuse a bad ``out``, source, step, statistic or learning rate (``lr_given``:
+    ``(lr, lam, schedule)``) before any file is opened."""
     t0 = datetime.datetime.now(datetime.UTC)
     if out is not None:
         check_out(out, "inspect-series")
-    names, steps = _names_and_steps(paths, steps, revisions)
+    names, steps = names_and_steps(paths, steps, revisions)
     if statistic not in STATISTICS:
         raise InspectError(f"--statistic: {statistic!r} is not one of {', '.join(STATISTICS)}")
-    exps, lr_meta = learning_rate(lr, lam, schedule, steps)
-    local = _open_all(names, arch, heads, layers)
+    exps, lr_meta = learning_rate(*lr_given, steps)
+    return _Plan(names, steps, statistic, exps, lr_meta, t0)
+
+
+def _heads_over_steps(plan: _Plan, read: dict, progress: bool | None):
+    """``(table, first inspection, local paths)``: every checkpoint's heads table with
+    ``step`` and ``checkpoint`` (its index) first, read one checkpoint at a time
+    (``read``: :func:`inspect_checkpoint`'s arguments), after :func:`_open_all` checked
+    every header."""
+    local = _open_all(plan.names, read["arch"], read["heads"], read["layers"])
     show = sys.stderr.isatty() if progress is None else progress
     frames, first = [], None
-    for i, (name, path, step) in enumerate(zip(names, local, steps)):
+    for i, (name, path, step) in enumerate(zip(plan.names, local, plan.steps)):
         if show:
-            print(f"[{i + 1}/{len(names)}] step {step}: {name}", file=sys.stderr)
-        insp: Inspection = inspect_checkpoint(
-            path,
-            arch=arch,
-            layers=layers,
-            heads=heads,
-            rank_tol=rank_tol,
-            scatter=(),
-            progress=show,
-        )
+            print(f"[{i + 1}/{len(plan.names)}] step {step}: {name}", file=sys.stderr)
+        insp: Inspection = inspect_checkpoint(path, **read, scatter=(), progress=show)
         first = first or insp
         cols = ["step", "checkpoint", *insp.heads.columns]
         frames.append(insp.heads.assign(step=step, checkpoint=i)[cols])
-    table = pd.concat(frames, ignore_index=True)
-    rates, layer_rates = fit_series(table, statistic, exps)
+    return pd.concat(frames, ignore_index=True), first, local
+
+
+def _fitted(plan: _Plan, local, table, first: Inspection, rank_tol) -> SeriesInspection:
+    """The :class:`SeriesInspection` of the stacked ``table``: its fits, ``series.json``
+    and the summary."""
+    rates, layer_rates = fit_series(table, plan.statistic, plan.exps)
     meta = {
-        "checkpoints": [str(n) for n in names],
+        "checkpoints": [str(n) for n in plan.names],
         "resolved": [str(p) for p in local],
-        "steps": steps,
-        "statistic": statistic,
+        "steps": plan.steps,
+        "statistic": plan.statistic,
         "layout": first.layout.as_dict(),
         "layers": first.meta["layers"],
         "rank_tol": rank_tol,
-        "prediction": "T5/T11 (GD/SGD): Π(1 − η_kλ)²; T4/T11 (GF) beside" if exps else None,
-        **lr_meta,
-        "created": t0.isoformat(timespec="seconds"),
+        "prediction": "T5/T11 (GD/SGD): Π(1 − η_kλ)²; T4/T11 (GF) beside" if plan.exps else None,
+        **plan.lr_meta,
+        "created": plan.t0.isoformat(timespec="seconds"),
     }
-    res = SeriesInspection(table, rates, layer_rates, tuple(steps), meta, "")
-    res = SeriesInspection(table, rates, layer_rates, tuple(steps), meta, series_summary(res))
-    if out is None:
-        return res
-    out = Path(out)
+    res = SeriesInspection(table, rates, layer_rates, tuple(plan.steps), meta, "")
+    return dataclasses.replace(res, summary=series_summary(res))
+
+
+def _series_written(res: SeriesInspection, out: Path, figures) -> SeriesInspection:
+    """``res`` written into ``out`` (claimed for ``inspect-series`` while writing)."""
     with claimed(out, "inspect-series"):
         _write(out, res, figures)
-    return SeriesInspection(table, rates, layer_rates, tuple(steps), meta, res.summary, out)
-
-
-def _is_source(path: str | Path) -> bool:
-    """Whether ``path`` is a folder of revisions or a list file (not a checkpoint): a
-    list file is text by its first bytes (:func:`~._archive.file_kind`), so that an
-    archive or a binary file goes to the checkpoint reader, which reads or refuses it."""
-    p = Path(path)
-    if not p.exists():
-        return False
-    if p.is_dir():
-        return not any(next(p.glob(g), None) for g in _WEIGHT_GLOBS)
-    if p.name.endswith((".safetensors", ".bin", ".pt", ".pth", ".json")):
-        return False
-    try:
-        return file_kind(p) == "text"
-    except OSError:  # unreadable: the checkpoint reader says so in one line
-        return False
-
-
-def is_series(paths: Sequence[str | Path], steps=None, revisions=None) -> bool:
-    """Whether these arguments name a series (several checkpoints, steps, several
-    revisions, a folder of revisions or a list file) rather than one checkpoint.
-
-    Examples:
-        >>> from rankflow.inspect import is_series
-        >>> is_series(["step0/model.safetensors", "step100/model.safetensors"])
-        True
-        >>> is_series(["org/model"], revisions=["step1000", "step2000"])
-        True
-        >>> is_series("model.safetensors")
-        False
-    """
-    paths = [paths] if isinstance(paths, str | Path) else list(paths)
-    return bool(
-        len(paths) > 1 or steps or (revisions and len(revisions) > 1) or _is_source(paths[0])
-    )
-
-
-def _names_and_steps(paths, steps, revisions) -> tuple[list[str], list[int]]:
-    """The checkpoint names of a series and their checked steps."""
-    paths = [paths] if isinstance(paths, str | Path) else list(paths)
-    where = "--steps"
-    if len(paths) == 1 and not revisions and _is_source(paths[0]):
-        p = Path(paths[0])
-        names, found = series_sources(p)
-        return names, _check_steps(found if steps is None else steps, names, str(p))
-    names = _expand(paths, revisions)
-    if steps is None:
-        found = [_step_of(split_revision(n)[1] or Path(n).name) for n in names]
-        if None in found:
-            bad = names[found.index(None)]
-            raise InspectError(f"--steps: no step in the name of {bad}; give --steps S …")
-        steps = found
-    return names, _check_steps(steps, names, where)
+    return dataclasses.replace(res, out=out)
 
 
 # --- the summary and the outputs ------------------------------------------------------
