@@ -1,5 +1,7 @@
-"""The shape of the code, measured (issues #13, #27): the packages' import layers with no
-arrow running back up, no module using another's private names, no import cycle, no
+"""The shape of the code, measured (issues #13, #27, #42): the packages' import layers with
+no arrow running back up (the root package ``rankflow`` is the top layer: it may import
+any, and no module imports it), no module using another's private names or another
+package's private (underscore) modules, no import cycle, no
 module over 600 lines, at most 4 functions over 80 lines, and at most 12 pairs of
 repeated code in ``duplicates --repo rankflow``. Read with ``ast`` from the source, so
 the checks see exactly what a reader sees."""
@@ -20,8 +22,10 @@ MAX_DUPLICATE_PAIRS = 12
 # config: the config language; numerics: solve, schedules, batching, linalg; theory: the
 # exact results; engine: plan, programs, executors, store; the families; the analyses
 # that read tables or parameters; plots (draw tables; no simulation code, tested in
-# tests/plots/test_plots.py); reproduce; the command line. ``rankflow/__init__.py`` and
-# ``rankflow.api`` are the front door over the families.
+# tests/plots/test_plots.py); reproduce; the command line; the root package
+# ``rankflow/__init__.py`` (:data:`ROOT`, the front door: it re-exports from any layer and
+# no module may import it, lazily or not). ``rankflow.api`` is the front door over the
+# families.
 LAYERS = (
     ("config",),
     ("numerics",),
@@ -34,7 +38,9 @@ LAYERS = (
     ("plots",),
     ("reproduce",),
     ("cli",),
+    ("rankflow",),
 )
+ROOT = "rankflow"  # the root package's module name, and its layer's
 # Arrows between packages of one layer that are part of the design (none today).
 SIDEWAYS: set[tuple[str, str]] = set()
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
@@ -63,10 +69,13 @@ def _target(module: str, node: ast.ImportFrom) -> str | None:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(module: str) -> tuple[set[str], list[tuple[str, str]], dict[str, str]]:
+def _imports(
+    module: str, source: str | None = None
+) -> tuple[set[str], list[tuple[str, str]], dict[str, str]]:
     """(modules imported, (module, private name) imported from another module, aliases
-    of imported rankflow modules)."""
-    tree = ast.parse(MODULES[module].read_text())
+    of imported rankflow modules), read from ``source`` (default: the module's file).
+    ``ast.walk`` visits every node, so imports inside functions count as well."""
+    tree = ast.parse(MODULES[module].read_text() if source is None else source)
     deps, private, aliases = set(), [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -96,8 +105,11 @@ def _imports(module: str) -> tuple[set[str], list[tuple[str, str]], dict[str, st
             and not node.attr.startswith("__")
         ):
             private.append((aliases[node.value.id], node.attr))
-    if MODULES[module].name == "__init__.py":  # a package re-exporting its children
-        deps = {d for d in deps if not d.startswith(module + ".")}
+    # A module reading the re-exports of its own sub-package (``from . import x`` in a
+    # child of rankflow.engine): not an arrow. A package's arrows to its children are kept,
+    # and so is any arrow to the root, so that one up to it closes a cycle the cycle check
+    # sees (``rankflow`` → ``api`` → ``core.family`` → ``engine`` → ``engine.execute`` → …).
+    deps = {d for d in deps if d == ROOT or not module.startswith(d + ".")}
     return deps & set(MODULES), private, aliases
 
 
@@ -146,13 +158,14 @@ def test_modules_and_functions_stay_short():
 
 
 def _package(module: str) -> str:
-    """The layer package of a module: ``rankflow.core.program`` → ``core``."""
+    """The layer package of a module: ``rankflow.core.program`` → ``core``; the root
+    package ``rankflow`` → ``rankflow`` (:data:`ROOT`, the top layer)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    return parts[1] if len(parts) > 1 else ROOT
 
 
 def test_every_package_has_a_layer():
-    missing = {_package(m) for m in MODULES} - set(RANK) - {""}
+    missing = {_package(m) for m in MODULES} - set(RANK)
     assert not missing, f"packages without a layer in LAYERS: {sorted(missing)}"
 
 
@@ -160,11 +173,9 @@ def test_no_import_runs_back_up_the_layers():
     upward = []
     for m in MODULES:
         a = _package(m)
-        if not a:  # rankflow/__init__.py: the front door re-exports from any layer
-            continue
         for d in _imports(m)[0]:
             b = _package(d)
-            if not b or a == b or (a, b) in SIDEWAYS:
+            if a == b or (a, b) in SIDEWAYS:
                 continue
             if RANK[b] >= RANK[a]:
                 upward.append(f"{m} → {d} ({a} may not import {b})")
@@ -188,6 +199,99 @@ def test_the_layer_check_fails_on_an_arrow_up(monkeypatch):
         assert "rankflow.numerics.solve → rankflow.engine.plan" in str(e)
     else:
         raise AssertionError("an import from numerics up to engine passed the layer check")
+
+
+def _with_arrows(monkeypatch, arrows: dict[str, str]) -> None:
+    """The wrong version of the code: ``_imports`` with each ``module → dep`` of ``arrows``
+    added, as if the module imported it."""
+    real = _imports
+
+    def with_arrows(module, source=None):
+        deps, private, aliases = real(module, source)
+        return deps | ({arrows[module]} if module in arrows else set()), private, aliases
+
+    monkeypatch.setitem(globals(), "_imports", with_arrows)
+
+
+def _fails(check, *expected: str) -> None:
+    """``check()`` raises an AssertionError naming each of ``expected``."""
+    try:
+        check()
+    except AssertionError as e:
+        assert all(x in str(e) for x in expected), str(e)
+    else:
+        raise AssertionError(f"{check.__name__} passed the wrong version: {expected}")
+
+
+def test_no_module_imports_the_root_package_and_the_wrong_version_fails(monkeypatch):
+    """The root is the top layer (the front door may import any layer: no exemption),
+    and an arrow up to it is refused as an arrow up and seen as the cycle it closes
+    (``rankflow`` → ``api`` → … → ``engine``): the writer's former ``from .. import
+    __version__``."""
+    assert _package("rankflow") == ROOT and RANK[ROOT] == len(LAYERS) - 1
+    assert {"rankflow.api", "rankflow.engine.store"} <= _imports(ROOT)[0]
+    _with_arrows(monkeypatch, {"rankflow.engine.writer": ROOT})
+    _fails(test_no_import_runs_back_up_the_layers, "rankflow.engine.writer → rankflow (engine")
+    _fails(test_no_import_cycle, "import cycle: ", "rankflow.engine.writer → rankflow")
+
+
+def test_lazy_and_plain_imports_of_the_root_are_seen():
+    """The arrow the layer check must find, as the writer had it before issue #42 (a
+    lazy ``from .. import __version__`` inside a method), and ``import rankflow``
+    inside a function: both are imports of the root."""
+    writer = MODULES["rankflow.engine.writer"].read_text()
+    assert ROOT not in _imports("rankflow.engine.writer")[0]
+    lazy = writer + "\n\ndef _mark():\n    from .. import __version__\n    return __version__\n"
+    plain = writer + "\n\ndef _mark():\n    import rankflow\n\n    return rankflow\n"
+    for source in (lazy, plain):
+        assert ROOT in _imports("rankflow.engine.writer", source)[0]
+
+
+def _private_module_owner(dep: str) -> str | None:
+    """The package that owns ``dep``'s first underscore-prefixed part
+    (``rankflow.inspect._series`` → ``rankflow.inspect``), or None if it has none."""
+    parts = dep.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def test_no_module_imports_another_packages_private_modules():
+    """A private (underscore) module is imported only from inside its package: outside
+    it, its names come from the package (``from ..inspect import permutation_test``), so
+    that the package may split or rename its private modules freely."""
+    uses = []
+    for m in MODULES:
+        for d in _imports(m)[0]:
+            owner = _private_module_owner(d)
+            if owner is not None and m != owner and not m.startswith(owner + "."):
+                uses.append(f"{m} → {d}")
+    assert not uses, "private modules imported from outside their package:\n" + "\n".join(
+        sorted(uses)
+    )
+
+
+def test_the_private_module_check_fails_on_an_import_from_outside(monkeypatch):
+    """The wrong version: reproduce importing ``rankflow.inspect._series`` is refused;
+    the package's own ``__init__`` importing it is not."""
+    assert _private_module_owner("rankflow.inspect._series") == "rankflow.inspect"
+    assert _private_module_owner("rankflow.inspect") is None
+    _with_arrows(
+        monkeypatch,
+        {
+            "rankflow.reproduce.pretrained": "rankflow.inspect._series",
+            "rankflow.inspect": "rankflow.inspect._series",
+        },
+    )
+    _fails(
+        test_no_module_imports_another_packages_private_modules,
+        "rankflow.reproduce.pretrained → rankflow.inspect._series",
+    )
+    try:
+        test_no_module_imports_another_packages_private_modules()
+    except AssertionError as e:
+        assert "rankflow.inspect →" not in str(e)
 
 
 def test_duplicates_stay_few():
