@@ -11,23 +11,24 @@ against a null pairing of factors from different heads.
     res = inspect_checkpoint("path/to/model", out="out/inspect")   # rankflow inspect
     res.heads          # one row per (layer, pair, head or group)
 
-Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_layout`` (the head
-layout, tensor names), ``_detect`` (inferring the layout), ``_families`` (per-head
-factors), ``_stats`` (statistics of one pair), ``_layer`` (one layer: its units, null
-pairing, rows and pair gaps), ``_run`` (the loop and outputs), ``_summary`` (the rows
-theory predicts, layout notes, ``summary.md``), ``_permutation`` (the
-layer-stratified permutation test over head pairings and its false-positive rate on
-random initialisations), ``_correlation`` (the second test per pair: the off-diagonal
-Gram correlation against the same null pairings), ``_findings`` (graded findings, the
-effect's bootstrap interval), ``_reference`` (the training reference shipped with the package),
-``_spectra`` (singular-value spectra with a Marchenko–Pastur
-noise edge, spikes, power-law α), ``_spectra_layers`` (those per head and layer),
-``_series`` (checkpoints across training: the decay of each
-head's gap against the step, against T5/T4's prediction), ``_sources`` (a series'
-checkpoints and steps), ``_rates`` (its fitted decay rates), ``_lr`` (a series' learning
-rate and the exponents it predicts), ``_hub`` (Hugging Face repo
-ids → the local cache), ``_archive`` (file kinds by magic bytes; a zipped model folder read
-through a temporary folder), ``_torchbin`` (PyTorch ``.bin`` through torch, optional).
+Modules: ``_checkpoint`` (files, headers, per-layer reads), ``_layout`` (the head layout,
+tensor names), ``_detect`` (inferring the layout), ``_families`` (per-head factors),
+``_stats`` (statistics of one pair), ``_layer`` (one layer: its units, null pairing, rows
+and pair gaps), ``_run`` (the loop and outputs), ``_summary`` (the rows theory predicts,
+layout notes, ``summary.md``), ``_permutation`` (the layer-stratified permutation test
+over head pairings),
+``_correlation`` (the second test per pair: the off-diagonal Gram correlation against the
+same null pairings), ``_random_init`` (the false-positive rate on random initialisations),
+``_findings`` (graded findings, the effect's bootstrap interval), ``_findings_text``
+(their text), ``_reference`` (the training reference shipped with the package),
+``_spectra`` (singular-value spectra with a Marchenko–Pastur noise edge, spikes, power-law
+α), ``_spectra_layers`` (those per head and layer), ``_series`` (checkpoints across
+training: the decay of each head's gap against the step, against T5/T4's prediction),
+``_sources`` (a series' checkpoints and steps), ``_rates`` (its fitted decay rates),
+``_lr`` (a series' learning rate and the exponents it predicts), ``_hub`` (Hugging Face
+repo ids → the local cache), ``_archive`` (file kinds by magic bytes; a zipped model
+folder read through a temporary folder), ``_torchbin`` (PyTorch ``.bin`` through torch,
+optional).
 """
 
 from . import _series
@@ -59,27 +60,27 @@ from ._findings import PERM_SEED as PERM_SEED
 from ._findings import balance_findings as balance_findings
 from ._findings import effect_interval as effect_interval
 from ._findings import false_positives as false_positives
-from ._findings import findings_text as findings_text
 from ._findings import grade as grade
+from ._findings_text import findings_text as findings_text
 from ._hub import hub_cache as hub_cache
 from ._hub import locate as locate
 from ._hub import resolve_repo as resolve_repo
 from ._layer import inspect_layer as inspect_layer
 from ._lr import predicted_exponents as predicted_exponents
 from ._lr import read_lr_schedule as read_lr_schedule
-from ._permutation import FalsePositives as FalsePositives
 from ._permutation import PermutationTest as PermutationTest
-from ._permutation import UnitShape as UnitShape
-from ._permutation import false_positive_rate as false_positive_rate
 from ._permutation import null_statistics as null_statistics
 from ._permutation import pairwise_corr_offdiag as pairwise_corr_offdiag
 from ._permutation import pairwise_gap_rel as pairwise_gap_rel
 from ._permutation import passes as passes
 from ._permutation import permutation_test as permutation_test
-from ._permutation import random_init_gaps as random_init_gaps
-from ._permutation import unit_shapes as unit_shapes
 from ._permutation import unit_statistics as unit_statistics
-from ._permutation import wishart_grams as wishart_grams
+from ._random_init import FalsePositives as FalsePositives
+from ._random_init import UnitShape as UnitShape
+from ._random_init import false_positive_rate as false_positive_rate
+from ._random_init import random_init_gaps as random_init_gaps
+from ._random_init import unit_shapes as unit_shapes
+from ._random_init import wishart_grams as wishart_grams
 from ._reference import REFERENCE_COLUMNS as REFERENCE_COLUMNS
 from ._reference import reference_meta as reference_meta
 from ._reference import reference_table as reference_table

@@ -28,7 +28,8 @@ from ._archive import unpacked
 from ._blas import single_threaded_blas
 from ._checkpoint import Checkpoint, InspectError, open_checkpoint
 from ._families import Layout, canonical, check_shapes, infer_layout
-from ._findings import balance_findings, findings_text
+from ._findings import balance_findings
+from ._findings_text import findings_text
 from ._hub import locate
 from ._layer import gram_rows as _gram_rows  # noqa: F401 (docs/hooks.py reads it here)
 from ._layer import layer_rows_and_gaps
