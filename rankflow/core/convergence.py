@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..numerics.solve import setup, solve
 from . import vocabulary
-from .fields import factors_of, initial_state
+from .dynamics.vector_fields import factors_of, initial_state
 from .program import PARAM_KEYS, params_of, program_for
 
 __all__ = [

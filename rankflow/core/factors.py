@@ -61,7 +61,7 @@ def shape_of(theta) -> tuple[int, int]:
 
 def chain(G: Float[Array, "m n"], theta):
     """The factor gradients of a W-space gradient ``G`` by the chain rule: ``(G B, GᵀA)``
-    for the pair (written out: see :func:`rankflow.core.fields.factor_grads`), and
+    for the pair (written out: see :func:`rankflow.core.dynamics.vector_fields.factor_grads`), and
     ``∇_j = (W_L⋯W_{j+1})ᵀ G (W_{j−1}⋯W_1)ᵀ`` beyond (the pullback of :func:`product`)."""
     if len(theta) == 2:
         A, B = theta

@@ -210,7 +210,7 @@ class Setup:
     def terms(self, drift: Callable, diffusion: Callable | None = None) -> diffrax.AbstractTerm:
         """The terms of ``dy = drift(t, y, args) dt [+ diffusion]``: ``diffusion`` is a
         function of the Brownian path's factory (``brownian(shape)``) returning the
-        diffusion term, as :func:`rankflow.core.fields.noise_term` makes it."""
+        diffusion term, as :func:`rankflow.core.dynamics.vector_fields.noise_term` makes it."""
         ode = diffrax.ODETerm(drift)
         if diffusion is None:
             return ode

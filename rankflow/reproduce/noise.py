@@ -43,7 +43,7 @@ import pandas as pd
 from .. import plots, theory
 from ..core import config as config_lib
 from ..core import program as simulate
-from ..core.fields import minibatch_spread
+from ..core.dynamics.vector_fields import minibatch_spread
 from . import noise_sme
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 from .noise_sme import run_chunked, sample_gradients

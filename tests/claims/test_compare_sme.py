@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import rankflow.core.fields
+import rankflow.core.dynamics.vector_fields
 import rankflow.core.program
 from rankflow import theory
 from rankflow.compare import COLUMNS, compare, weak_order
@@ -126,7 +126,7 @@ def _sqrt_eta_noise(monkeypatch):
     def noise_term(kind, theta0, brownian_for, model="parameter", problem=None, batch=None,
                    schedule=None):  # fmt: skip
         term = original(kind, theta0, brownian_for, model, problem, batch, schedule)
-        return rankflow.core.fields.FactorNoise(
+        return rankflow.core.dynamics.vector_fields.FactorNoise(
             term.model,
             lambda t, args: -(args[1]["eta"] ** 0.5),
             term.control,
@@ -141,9 +141,9 @@ def _sqrt_eta_noise(monkeypatch):
 
 def _patch_spread(monkeypatch, spread) -> None:
     """``minibatch_spread`` replaced by ``spread(right, samples, batch)`` wherever rankflow
-    reads it: ``core.fields`` (the SME's ``noise_term`` looks it up there at each build)
+    reads it: ``core.dynamics.vector_fields`` (the SME's ``noise_term`` looks it up there at each build)
     and every module that imported it by name (``reproduce.noise``, for its figure's σ)."""
-    right = rankflow.core.fields.minibatch_spread
+    right = rankflow.core.dynamics.vector_fields.minibatch_spread
     for mod in list(sys.modules.values()):
         name = getattr(mod, "__name__", "") or ""
         if name.startswith("rankflow") and getattr(mod, "minibatch_spread", None) is right:

@@ -16,7 +16,7 @@ import pytest
 
 from rankflow import theory
 from rankflow.core import config as config_lib
-from rankflow.core import fields as flows_lib
+from rankflow.core.dynamics import vector_fields as flows_lib
 from rankflow.core import program as simulate
 from rankflow.engine import programs
 from rankflow.reproduce import noise

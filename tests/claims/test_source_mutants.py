@@ -34,7 +34,7 @@ from rankflow.reproduce import EXPERIMENTS, reproduce
 
 def patch_everywhere(monkeypatch, module, name: str, new) -> None:
     """Replace ``module.name`` by ``new`` in ``module`` and in every loaded rankflow module
-    that imported the same object by name (``from .fields import noise_term``)."""
+    that imported the same object by name (``from .dynamics.vector_fields import noise_term``)."""
     old = getattr(module, name)
     for mod in list(sys.modules.values()):
         if getattr(mod, "__name__", "").startswith("rankflow") and getattr(mod, name, None) is old:
@@ -54,7 +54,7 @@ def gd_half_decay(monkeypatch) -> None:
 
 def flow_decay_without_eta(monkeypatch) -> None:
     """Gradient flow ``dθ/dt = −η∇L − λθ``: the decay without η."""
-    from rankflow.core import fields
+    from rankflow.core.dynamics import vector_fields as fields
     from rankflow.numerics.schedules import eta_at
 
     def gradient_flow_field(problem, schedule=None):
@@ -73,7 +73,8 @@ def flow_decay_without_eta(monkeypatch) -> None:
 def depth_inner_undecayed(monkeypatch) -> None:
     """Depth L ≥ 3 with decay on the outer factors only (W_1 and W_L), under gradient flow
     and under GD."""
-    from rankflow.core import fields, optimizers
+    from rankflow.core import optimizers
+    from rankflow.core.dynamics import vector_fields as fields
     from rankflow.numerics.schedules import eta_at
 
     def decays(theta) -> list[bool]:
@@ -140,7 +141,7 @@ def schedule_one_step_off(monkeypatch) -> None:
 
 
 def _spread_with(monkeypatch, change: Callable) -> None:
-    from rankflow.core import fields
+    from rankflow.core.dynamics import vector_fields as fields
 
     right = fields.minibatch_spread
     patch_everywhere(monkeypatch, fields, "minibatch_spread", lambda n, b: change(right, n, b))
@@ -157,7 +158,7 @@ def sme_spread_batch_off_by_one(monkeypatch) -> None:
 
 
 def _noise_term_with(monkeypatch, change: Callable) -> None:
-    from rankflow.core import fields
+    from rankflow.core.dynamics import vector_fields as fields
 
     right = fields.noise_term
 
@@ -170,7 +171,7 @@ def _noise_term_with(monkeypatch, change: Callable) -> None:
 
 def parameter_noise_sigma(monkeypatch) -> None:
     """The stochastic flow's parameter noise ``σ dW`` instead of ``ησ dW``."""
-    from rankflow.core import fields
+    from rankflow.core.dynamics import vector_fields as fields
 
     def change(right, kind, theta0, brownian_for, model, *args, **kw):
         term = right(kind, theta0, brownian_for, model, *args, **kw)
@@ -247,7 +248,7 @@ def nuclear_from_squares(monkeypatch) -> None:
 
 def momentum_flow_eta_mu_swapped(monkeypatch) -> None:
     """The momentum flow with η and μ passed in each other's place."""
-    from rankflow.core import fields
+    from rankflow.core.dynamics import vector_fields as fields
 
     right = fields.momentum_flow_field
 

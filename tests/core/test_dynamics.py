@@ -19,7 +19,7 @@ from helpers import states
 import rankflow
 from rankflow import theory
 from rankflow.core import config as C
-from rankflow.core.fields import gradient_flow_field, momentum_flow_field, noise_term
+from rankflow.core.dynamics.vector_fields import gradient_flow_field, momentum_flow_field, noise_term
 from rankflow.core.observables import OBSERVABLES
 from rankflow.core.problems import init_factors, make_problem
 from rankflow.core.program import PARAM_KEYS, TRACE_COUNTS, params_of, program_for

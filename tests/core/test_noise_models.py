@@ -16,7 +16,7 @@ import pytest
 from rankflow import theory
 from rankflow.core import config as C
 from rankflow.core import convergence as cv
-from rankflow.core import fields as flows
+from rankflow.core.dynamics import vector_fields as flows
 from rankflow.core.program import params_of, program_for
 
 ETA, LAM, SIGMA = 0.5, 0.1, 0.5

@@ -15,7 +15,7 @@ import rankflow
 from rankflow import cli
 from rankflow.core import config as C
 from rankflow.core import vocabulary
-from rankflow.core.fields import gradient_flow_field
+from rankflow.core.dynamics.vector_fields import gradient_flow_field
 from rankflow.core.observables import OBSERVABLES
 from rankflow.core.optimizers import gd
 from rankflow.core.problems import init_factors, make_problem

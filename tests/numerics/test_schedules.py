@@ -18,7 +18,7 @@ from scipy.integrate import quad
 import rankflow.attention as ra
 from rankflow import theory
 from rankflow.core import config as C
-from rankflow.core.fields import noise_term
+from rankflow.core.dynamics.vector_fields import noise_term
 from rankflow.core.optimizers import make_optimizer
 from rankflow.core.program import params_of, program_for
 from rankflow.numerics.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
