@@ -1,5 +1,5 @@
 """Continuous dynamics of the core family: the vector fields of the flows of docs/theory.md
-and their noise terms, as diffrax terms (formerly ``rankflow.core.fields``). They are solved by
+and their noise terms, as diffrax terms (formerly core/fields.py). They are solved by
 :func:`rankflow.numerics.solve.solve`, the one diffrax set-up of both families.
 
 The state is ``θ = (A, B)``; ``args = (data, hyper)`` with ``hyper`` a dict of traced
