@@ -59,16 +59,18 @@ against p = 1 within :data:`ORDER_TOL` (T8) or :data:`WEAK_TOL` (T10), the toler
 is NaN or above the tolerance); :func:`write` writes them beside the tables, the summary
 states them, and ``rankflow compare`` exits 1 unless every verdict passes.
 
-Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.run` (the two configs, their
-runs, :func:`compare` and :func:`write`), :mod:`.tables` (the tables and their columns),
+Modules: :mod:`.options` (the ``[compare]`` options), :mod:`.plan` (what a comparison
+runs: the steps each table reads, the runs of both programs), :mod:`.run` (the two
+configs, their runs and :func:`compare`), :mod:`.output` (:func:`write`: the tables,
+verdict, summary and figures written), :mod:`.tables` (the tables and their columns),
 :mod:`.sme` (the SME tables and :func:`weak_order`), :mod:`.verdict` (:func:`judge`),
 :mod:`.summary` (``summary.md``), :mod:`.sweep` (the tables of a sweep joined).
 """
 
 from .options import OPTIONS as OPTIONS
 from .options import Options as Options
+from .output import write as write
 from .run import compare as compare
-from .run import write as write
 from .sme import weak_order as weak_order
 from .summary import summary as summary
 from .sweep import SWEEP_COLUMNS as SWEEP_COLUMNS

@@ -1,11 +1,12 @@
-"""Running a comparison: the optimizer's config and its flow's, the saves and runs each
-needs, the two programs, their tables, and the files they are written to."""
+"""Running a comparison: the optimizer's config and its flow's, the two programs run at
+the steps :mod:`.plan` names, the resource checks and the tables (written by
+:func:`rankflow.compare.output.write`, re-exported here with :func:`sme_pair`)."""
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,11 @@ from ..engine.programs import enable_compilation_cache
 from ..engine.resources import check_fits, check_saves, dominant_keys, sizes_text
 from ..engine.writer import check_out, claimed
 from .options import Options, split_options
+from .output import Figures
+from .output import write as write
+from .plan import ComparePlan, compare_plan, with_saves
+from .plan import sme_pair as sme_pair
 from .sme import moments_table, side_observables, weak_table
-from .summary import summary
 from .sweep import at_point, join
 from .tables import (
     contraction_table,
@@ -33,23 +37,11 @@ from .tables import (
     setting_of,
     trajectory_table,
 )
-from .verdict import judge
 
 __all__ = ["check_resources", "compare", "flow_config", "sme_pair", "write"]
 
-Figures = Callable[[Mapping[str, pd.DataFrame], Path], Any]
 
-
-# --- the two configs --------------------------------------------------------------------
-
-
-def sme_pair(cfg: Mapping[str, Any]) -> bool:
-    """Whether the resolved optimizer config ``cfg`` is compared with its stochastic
-    modified equation (``moments`` and ``weak`` tables): sgd (minibatch noise) and
-    sgd_gaussian with ``noise = "gradient"``; sgd_gaussian with parameter noise keeps
-    the T6 comparison (``sde`` table)."""
-    d = cfg["dynamics"]
-    return d["kind"] == "sgd" or (d["kind"] == "sgd_gaussian" and d["noise"] == "gradient")
+# --- the two configs (what each runs: :mod:`.plan`; the outputs: :mod:`.output`) -----
 
 
 def flow_config(cfg: dict[str, Any], solver_set: set[str]) -> dict[str, Any]:
@@ -108,63 +100,6 @@ def _pair(
     if kind in ("sgd_gaussian", "sgd") and cfg["dynamics"]["paths"] == 1:
         cfg["dynamics"]["paths"] = options.paths
     return cfg, flow_config(cfg, solver_set)
-
-
-# --- what to run ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The whole steps each table reads and the runs of both programs."""
-
-    ts: list[int]  # the config's save times
-    order_t1: int
-    horizons: list[int]  # order / weak: the horizon of η/2^j (not for sgd_gaussian's T6)
-    window: list[int]  # contraction: the steps of the window (gd)
-    runs: list[dict[str, Any]]  # changes to the point's parameters, one per run
-    paths: int  # stochastic pairs: paths per learning rate (the first at the config's η)
-
-
-def _plan(cfg: Mapping[str, Any], options: Options) -> _Plan:
-    """What a comparison of ``cfg`` runs: paths of sgd_gaussian (T6), η/2^j for the
-    order, or the paths of each η/2^j for the weak order of an SME pair."""
-    kind, d = cfg["dynamics"]["kind"], cfg["dynamics"]
-    sme = sme_pair(cfg)
-    stochastic = kind in ("sgd_gaussian", "sgd") and not sme
-    ts = [int(round(t)) for t in vocabulary.save_times(cfg)]
-    order_t1 = options.order_t1 if options.order_t1 is not None else int(round(ts[-1]))
-    horizons = [] if stochastic else [order_t1 * 2**j for j in range(options.halvings + 1)]
-    window = []
-    if kind == "gd":
-        window = list(range(options.window_start, options.window_start + options.window + 1))
-    paths = d["paths"] if kind in ("sgd_gaussian", "sgd") else 1
-    if sme:
-        # The same path indices at each η/2^j: one program, P paths per learning rate.
-        runs = [
-            {"dynamics.eta": d["eta"] / 2**j, "path": p}
-            for j in range(options.halvings + 1)
-            for p in range(paths)
-        ]
-    elif stochastic:
-        runs = [{"path": p} for p in range(d["paths"])]
-    else:
-        # Run j has η/2^j (and μ/2^j for momentum): the flow's path in ηt is unchanged.
-        scale_mu = kind in vocabulary.MOMENTUM_DYNAMICS
-        runs = [
-            {
-                "dynamics.eta": d["eta"] / 2**j,
-                "dynamics.mu": d["mu"] / 2**j if scale_mu else d["mu"],
-            }
-            for j in range(options.halvings + 1)
-        ]
-    return _Plan(ts, order_t1, horizons, window, runs, paths)
-
-
-def _with_saves(cfg: Mapping[str, Any], ts: list[int]) -> dict[str, Any]:
-    """The point of ``cfg`` saving at the whole steps ``ts`` (validated again)."""
-    point = copy.deepcopy(dict(cfg))
-    point["save"] = dict(point["save"], ts=[float(t) for t in ts])
-    return config_lib.expand(config_lib.resolve(point))[0]
 
 
 def _run(program: Program, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -285,16 +220,16 @@ class _Point:
 
     cfg: dict[str, Any]
     flow: dict[str, Any]
-    plan: _Plan
+    plan: ComparePlan
     opt_point: dict[str, Any]
     flow_point: dict[str, Any]
 
 
 def _point(cfg: dict[str, Any], flow_cfg: dict[str, Any], options: Options) -> _Point:
     """The optimizer also saves the contraction window, both save the order's horizons."""
-    plan = _plan(cfg, options)
-    opt_point = _with_saves(cfg, sorted({0, *plan.ts, *plan.horizons, *plan.window}))
-    flow_point = _with_saves(flow_cfg, sorted({0, *plan.ts, *plan.horizons}))
+    plan = compare_plan(cfg, options)
+    opt_point = with_saves(cfg, sorted({0, *plan.ts, *plan.horizons, *plan.window}))
+    flow_point = with_saves(flow_cfg, sorted({0, *plan.ts, *plan.horizons}))
     return _Point(cfg, flow_cfg, plan, opt_point, flow_point)
 
 
@@ -449,53 +384,3 @@ def compare(
         with claimed(out, "compare"):
             write(out, tables, meta, figures)
     return tables
-
-
-# --- output -----------------------------------------------------------------------------
-
-
-def write(
-    out: str | Path,
-    tables: Mapping[str, pd.DataFrame],
-    meta: Mapping[str, Any],
-    figures: Figures | None = None,
-) -> Path:
-    """Write ``tables`` and their judged ``halvings`` and ``verdict`` tables
-    (:func:`rankflow.compare.verdict.judge`, where ``tables`` has an order or weak table)
-    as parquet and CSV, the figures of ``tables`` (``figures(tables, out)``, when
-    given; it returns the paths it wrote), ``summary.md`` and ``config.json`` (``meta``
-    plus versions, devices and the list of outputs) into the directory ``out``; the
-    files a previous comparison there wrote and this one did not are removed
-    (:func:`rankflow.engine.store.write_outputs`).
-
-    Examples:
-      The tables of :func:`compare` (whose ``out`` calls this), with the two resolved
-      configs that ``summary.md`` states:
-
-      >>> import tempfile
-      >>> import rankflow
-      >>> from rankflow.compare import compare, write
-      >>> cfg = {"problem": {"kind": "diagonal", "singular_values": [1.0, 0.5]},
-      ...        "model": {"r": 2}, "dynamics": {"kind": "gd", "eta": 0.1, "lam": 0.05},
-      ...        "save": {"t1": 20, "num": 3}}
-      >>> tables = compare(cfg, overrides={"compare.halvings": 1, "compare.window": 3})
-      >>> meta = {"optimizer": rankflow.resolve(cfg), "compare": {"halvings": 1},
-      ...         "flow": rankflow.resolve(cfg, {"dynamics.kind": "gradient_flow"})}
-      >>> with tempfile.TemporaryDirectory() as out:
-      ...     names = sorted(p.name for p in write(out, tables, meta).iterdir())
-      >>> names  # doctest: +NORMALIZE_WHITESPACE
-      ['config.json', 'contraction.csv', 'contraction.parquet', 'halvings.csv',
-       'halvings.parquet', 'order.csv', 'order.parquet', 'summary.md', 'trajectory.csv',
-       'trajectory.parquet', 'verdict.csv', 'verdict.parquet']
-    """
-    from ..engine.store import provenance, write_outputs
-
-    out = Path(out)
-    files: dict[str, Any] = {}
-    for name, df in {**tables, **judge(tables)}.items():
-        files |= {f"{name}.parquet": df, f"{name}.csv": df}
-    files["summary.md"] = summary(tables, meta, figures=figures is not None)
-    # The figures draw themselves into out; the names they return are listed as outputs.
-    drawn = figures and (lambda: dict.fromkeys(Path(p).name for p in figures(tables, out) or ()))
-    write_outputs(out, "config.json", dict(meta) | provenance(), files, drawn)
-    return out

@@ -1,7 +1,8 @@
 """What every experiment family shares: the chunk plan and padding of a batch
 (:mod:`.plan`), the program cache and trace counts (:mod:`.programs`), status codes
 (:mod:`.status`), progress, the executors (local, submitit), the one execute/resume loop
-(:mod:`.execute`), the results folder (:mod:`.store`, :mod:`.writer`), the devices
+(:mod:`.execute`), the results folder (:mod:`.store`; its names and manifest
+:mod:`.manifest`, its provenance :mod:`.provenance`; :mod:`.writer`), the devices
 (:mod:`.devices`) and what the machine is (:mod:`.sysinfo`). A family plugs in through
 :class:`Family`."""
 

@@ -22,6 +22,8 @@ take only the chunks of the manifest's config, plan and code, name the others (f
 duplicate, stray), and ``load`` warns (or, ``strict``, raises) when chunks are missing.
 Who may write a directory (one writer at a time, never a folder that is not rankflow's)
 is :mod:`rankflow.engine.writer`'s; ``load`` needs only the manifest and the chunks.
+The directory's names, manifest and chunk identity are :mod:`.manifest`'s, what it
+records of its provenance :mod:`.provenance`'s (both re-exported here).
 
 The states table (``save.states``) is a chunked table like the results: chunk ``i`` of
 each is written atomically, states first, and a chunk counts as finished only when both
@@ -30,23 +32,32 @@ files are complete and of the sweep, so a resumed sweep neither mixes nor loses 
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
-import subprocess
 import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from importlib import metadata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..config.fields import ConfigError
-from ..config.usercode import code_changes, code_hash
+from ..config.usercode import code_changes
 from .files import atomic_write, write_outputs
+from .manifest import CONFIG as CONFIG
+from .manifest import FORMAT as FORMAT
+from .manifest import MANIFEST as MANIFEST
+from .manifest import RESULTS as RESULTS
+from .manifest import STATES as STATES
+from .manifest import STATUS as STATUS
+from .manifest import Identity as Identity
+from .manifest import ResultsError as ResultsError
+from .manifest import chunk_dir, identity_of, read_manifest
+from .manifest import chunk_path as chunk_path
+from .provenance import PACKAGES as PACKAGES
+from .provenance import package_versions as package_versions
+from .provenance import provenance as provenance
 
 __all__ = [
     "STATUS",
@@ -67,64 +78,6 @@ __all__ = [
     "stray_files",
     "write_chunk",
 ]
-
-RESULTS = "results.parquet"
-# The factors at the saves (save.states): one row per run × path × save, like RESULTS.
-STATES = "states.parquet"
-CONFIG = "config.json"
-MANIFEST = "manifest.json"
-# Format 2: chunks record their sweep's identity; the manifest its number of runs.
-FORMAT = 2
-# The ``status`` column's values; a program's status codes 0, 1, 2 index them.
-STATUS = ("ok", "diverged", "max_steps")
-# The packages whose versions a manifest records (what the numbers depend on).
-PACKAGES = (
-    "rankflow",
-    "jax",
-    "jaxlib",
-    "equinox",
-    "diffrax",
-    "optax",
-    "flax",
-    "numpy",
-    "pandas",
-    "pyarrow",
-)
-
-
-def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
-    """The installed version of each package in ``names`` (those not installed left
-    out), for the provenance a results directory records."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent
-    try:
-        res = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout.strip() or None if res.returncode == 0 else None
-
-
-def provenance() -> dict[str, Any]:
-    """Versions, devices, git commit and time of this run."""
-    import jax
-
-    return {
-        "versions": package_versions(),
-        "devices": [str(d) for d in jax.devices()],
-        "git_commit": _git_commit(),
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -148,86 +101,6 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     shown = [f"{k} = {fb.get(k)!r} here, {fa.get(k)!r} there" for k in keys[:4]]
     more = f" (and {len(keys) - 4} more)" if len(keys) > 4 else ""
     return "; ".join(shown) + more
-
-
-def _chunk_dir(out: str | Path, table: str = RESULTS) -> Path:
-    return Path(out) / table
-
-
-def chunk_path(out: str | Path, index: int, table: str = RESULTS) -> Path:
-    """Chunk ``index``'s file of a table (``results.parquet``, or another table of the
-    same directory written chunk by chunk alongside it)."""
-    return _chunk_dir(out, table) / f"chunk-{index:05d}.parquet"
-
-
-class ResultsError(ConfigError):
-    """A results directory (or table) that cannot be read as it stands: missing, empty,
-    corrupt, or (with ``strict``) incomplete."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What every chunk file of a sweep records (parquet key-value metadata
-    ``rankflow``): its config's hash and plan, and the hash of the user code it ran
-    (``code``: a custom loss, :func:`rankflow.config.usercode.code_hash`; None where
-    there is none); ``legacy``: a directory written before chunks recorded it (its
-    unmarked chunks are its own)."""
-
-    config_hash: str
-    chunk_size: int | None
-    chunks: int
-    legacy: bool = False
-    code: str | None = None
-
-    def record(self, index: int) -> bytes:
-        """The metadata of chunk ``index``."""
-        plan = {"chunk_size": self.chunk_size, "chunks": self.chunks, "chunk": index}
-        code = {"code": self.code} if self.code is not None else {}
-        return json.dumps({"config_hash": self.config_hash, **plan, **code}).encode()
-
-
-def read_manifest(out: str | Path) -> dict[str, Any]:
-    """``DIR/manifest.json``; raises :class:`ResultsError` (one line) when corrupt."""
-    path = Path(out) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-        if not isinstance(manifest, dict) or not {"config_hash", "chunks"} <= manifest.keys():
-            raise ValueError("missing config_hash or chunks")
-        _check_manifest_types(manifest)
-    except (OSError, ValueError) as e:
-        raise ResultsError(f"{path}: corrupt manifest ({e}); rerun into a new --out") from None
-    return manifest
-
-
-def _check_manifest_types(manifest: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first entry of a manifest of the wrong type (an
-    edited file): resuming and reading compare and count with them."""
-
-    def count(v: Any, optional: bool) -> bool:
-        return (v is None and optional) or (type(v) is int and v >= 0)
-
-    wrong = [
-        ("config_hash", "a string", isinstance(manifest["config_hash"], str)),
-        ("chunks", "a count", count(manifest["chunks"], False)),
-        ("chunk_size", "a count or null", count(manifest.get("chunk_size"), True)),
-        ("runs", "a count or null", count(manifest.get("runs"), True)),
-        ("format", "a count", count(manifest.get("format", 1), False)),
-        ("code", "a table", isinstance(manifest.get("code", {}), dict)),
-    ]
-    for key, what, ok in wrong:
-        if not ok:
-            raise ValueError(f"{key} = {json.dumps(manifest.get(key))} is not {what}")
-
-
-def identity_of(manifest: Mapping[str, Any]) -> Identity:
-    """The chunk identity a manifest stands for."""
-    return Identity(
-        manifest["config_hash"],
-        manifest.get("chunk_size"),
-        manifest["chunks"],
-        legacy=manifest.get("format", 1) < FORMAT,
-        code=code_hash(manifest.get("code")),
-    )
 
 
 def prepare(
@@ -273,13 +146,13 @@ def prepare(
         atomic_write(mpath, lambda p: Path(p).write_text(json.dumps(manifest, indent=2)))
         ident = identity_of(manifest)
     for table in tables:
-        if _chunk_dir(out, table).is_file():
+        if chunk_dir(out, table).is_file():
             raise ResultsError(
-                f"{_chunk_dir(out, table)}: is a file, not a directory of chunks; "
+                f"{chunk_dir(out, table)}: is a file, not a directory of chunks; "
                 "rerun into a new --out"
             )
-        _chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
-        for tmp in _chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
+        chunk_dir(out, table).mkdir(parents=True, exist_ok=True)
+        for tmp in chunk_dir(out, table).glob(".*.tmp"):  # left by a killed writer
             tmp.unlink(missing_ok=True)
     return ident
 
@@ -361,7 +234,7 @@ def stray_files(out: str | Path, ident: Identity, table: str = RESULTS) -> list[
     """Chunk files of a table outside the plan's names: each as "NAME is …" (a stray
     index, or a second file for one index, i.e. a duplicate)."""
     found = []
-    for f in sorted(_chunk_dir(out, table).glob("chunk-*.parquet")):
+    for f in sorted(chunk_dir(out, table).glob("chunk-*.parquet")):
         index = _index_of(f)
         if index is None or index >= ident.chunks:
             found.append(f"{f.name} is outside the plan of {ident.chunks} chunks (a stray)")
@@ -389,7 +262,7 @@ def chunk_files(out: str | Path, table: str = RESULTS) -> set[str]:
     """The names in a table's directory of chunks, read in one listing (a sweep of
     30,000 chunks stats none of the absent ones); empty where it is not there."""
     try:
-        return set(os.listdir(_chunk_dir(out, table)))
+        return set(os.listdir(chunk_dir(out, table)))
     except OSError:
         return set()
 
@@ -525,7 +398,7 @@ def _read_checked(p: Path, table: str, strict: bool) -> pd.DataFrame:
     missing ones reported (see :func:`load`)."""
     manifest = read_manifest(p)
     ident = identity_of(manifest)
-    tdir = _chunk_dir(p, table)
+    tdir = chunk_dir(p, table)
     if not tdir.is_dir():
         what = "is a file, not a directory of chunks" if tdir.exists() else "is missing"
         raise ResultsError(f"{tdir}: {what}")

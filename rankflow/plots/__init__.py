@@ -11,8 +11,10 @@ every figure are in :mod:`.common`.
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
 ``inspect_series`` (checkpoint series), ``attention``, ``rebuttal`` (the rebuttal
 experiments), ``reproduce``, ``noise`` and ``optimizers`` (the figures of ``rankflow
-reproduce`` the others do not draw); ``common`` holds axis text, colours, medians over runs and
-:func:`save_figure`.
+reproduce`` the others do not draw; ``balancing`` draws its balancing claims' figure);
+``balance_panels`` holds the balance figure's predictions and panel labels, ``finish`` the
+finish of a ``reproduce`` figure (no labels on minor log ticks); ``common`` holds axis
+text, colours, medians over runs and :func:`save_figure`.
 """
 
 from . import attention, core, inspect, inspect_series, noise, rebuttal, reproduce
