@@ -46,7 +46,6 @@ __all__ = [
     "expand",
     "flatten",
     "lam_of",
-    "lr_of",
     "resolve",
     "export_steps",
     "save_steps",
@@ -448,11 +447,6 @@ def derive(cfg: dict[str, Any]) -> dict[str, Any]:
 def lam_of(point: Mapping[str, Any]) -> dict[str, float]:
     """Each group's λ in a resolved point (0 for groups outside ``train.decay``)."""
     return {g: float(point["train"][f"lam_{g}"]) for g in GROUPS}
-
-
-def lr_of(point: Mapping[str, Any]) -> dict[str, float]:
-    """Each group's and attention factor's learning-rate multiplier in a point."""
-    return {u: float(point["train"][f"lr_{u}"]) for u in GROUPS + FACTORS}
 
 
 def save_steps(point: Mapping[str, Any]) -> list[int]:

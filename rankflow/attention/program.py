@@ -31,7 +31,7 @@ import numpy as np
 
 from ..engine import programs
 from ..engine.programs import TRACE_COUNTS
-from ..engine.status import STATUS, diverge_nonfinite, with_status
+from ..engine.status import STATUS, Status, diverge_nonfinite, with_status
 from ..numerics.batching import per_device, shard
 from ..numerics.schedules import schedule_of
 from . import config as config_lib
@@ -233,7 +233,7 @@ class Program:
         every output is NaN where the status is not ok."""
         out = dict(out)
         factors, status = out.pop("factors"), out["status"]
-        ok = status == 0
+        ok = status == int(Status.ok)
         expand = lambda x: jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
         factors = jax.tree.map(lambda x: jnp.where(expand(x), x, 0.0), factors)
         out |= head_observables(factors, self.point["save"]["rank_tol"])

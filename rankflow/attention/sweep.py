@@ -42,6 +42,7 @@ from .. import engine
 from ..config.fields import ConfigError
 from ..engine import store
 from ..engine.plan import checked_plan
+from ..engine.status import Status
 from ..numerics.schedules import schedule_columns, unit_clock
 from . import config as config_lib
 from .export import EXPORT, check_export_memory, export_runs
@@ -101,7 +102,7 @@ def run_chunk(
         at = np.searchsorted(steps, program.export_steps)
         extra = [{"config": config_lib.to_json(points[i])} for i in ids]
         params = jax.tree.map(lambda x: x[: len(rows)], exported)
-        ok = out["status"][:, at] == 0
+        ok = out["status"][:, at] == Status.ok
         export_runs(export, ids, program.export_steps, params, ok, program.spec, extra)
     axes = getattr(points, "axes", ())
     n, S = len(rows), len(steps)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.program import Program, params_of
+from ..engine.status import Status
 from .tables import frame
 
 __all__ = ["SME_OBSERVABLES", "moments_table", "side_observables", "weak_order", "weak_table"]
@@ -46,7 +47,7 @@ def side_observables(
         W = jnp.asarray(states["A_raw"]) @ jnp.swapaxes(jnp.asarray(states["B_raw"]), -1, -2)
         loss_of = jax.vmap(jax.vmap(lambda w: program.problem.loss(w, data)))
         loss = np.asarray(loss_of(W), np.float64)
-    bad = states["status"] != 0
+    bad = states["status"] != Status.ok
     out = {
         "loss": loss,
         "balance_trace": np.trace(D, axis1=-2, axis2=-1),

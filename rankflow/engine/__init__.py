@@ -19,6 +19,7 @@ from .programs import TRACE_COUNTS as TRACE_COUNTS
 from .programs import enable_compilation_cache as enable_compilation_cache
 from .programs import program as program
 from .status import STATUS as STATUS
+from .status import Status as Status
 from .status import with_status as with_status
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "TRACE_COUNTS",
     "Chunk",
     "Family",
+    "Status",
     "Summary",
     "chunk_plan",
     "enable_compilation_cache",

@@ -11,7 +11,6 @@ not make exactly (AdamW, the scaling of a noise floor) are reported with verdict
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -190,10 +189,6 @@ def fmt(x: float, digits: int = 4) -> str:
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Each run's (and path's) row at its last saved time."""
     return df.sort_values("t").groupby(["run_id", "path"], sort=False).tail(1)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def claims_frame(claims: list[Claim]) -> pd.DataFrame:

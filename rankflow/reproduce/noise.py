@@ -42,8 +42,8 @@ import pandas as pd
 
 from .. import plots, theory
 from ..core import config as config_lib
-from ..core import program as simulate
 from ..core.dynamics.vector_fields import minibatch_spread
+from ..core.program import params_of, program_for
 from . import noise_sme
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict
 from .noise_sme import run_chunked, sample_gradients
@@ -110,11 +110,9 @@ def run_states(
     entries ``d_i_j`` of D = AᵀA − BᵀB, ``balance_gap`` ‖D‖_F, ``balance_trace`` tr D,
     ``size`` ‖A‖_F² + ‖B‖_F², and the point's keys the claims read; and the start (A, B)
     that every path shares."""
-    program = simulate.program_for(point, save="states")
+    program = program_for(point, save="states")
     paths = point["dynamics"]["paths"]
-    rows = [
-        simulate.params_of(point, p) | {"dynamics.sigma": s} for s in sigmas for p in range(paths)
-    ]
+    rows = [params_of(point, p) | {"dynamics.sigma": s} for s in sigmas for p in range(paths)]
     A, B = run_chunked(program, rows)  # (runs, saves, ·, r)
     D = np.einsum("ksir,ksiq->ksrq", A, A) - np.einsum("ksir,ksiq->ksrq", B, B)
     runs, saves, r = D.shape[0], D.shape[1], D.shape[2]

@@ -53,7 +53,7 @@ from .. import theory
 from ..compare.options import split_options
 from ..compare.run import flow_config
 from ..core import config as config_lib
-from ..core import program as simulate
+from ..core.program import PARAM_KEYS, params_of, program_for
 from ._common import Claim, config_path, fmt, verdict
 
 NAME = "noise"
@@ -97,7 +97,7 @@ def run_chunked(program, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.nda
         chunk = rows[lo : lo + CHUNK]
         n = len(chunk)
         chunk = chunk + [chunk[-1]] * (min(CHUNK, len(rows)) - n)
-        out = program.run({k: np.asarray([r[k] for r in chunk]) for k in simulate.PARAM_KEYS})
+        out = program.run({k: np.asarray([r[k] for r in chunk]) for k in PARAM_KEYS})
         parts.append([np.asarray(x[:n], np.float64) for x in out["theta"]])
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
@@ -105,8 +105,8 @@ def run_chunked(program, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.nda
 def sample_gradients(point: Mapping[str, Any], A0, B0) -> tuple[np.ndarray, np.ndarray]:
     """Ḡ (m×n) and the deviations δ_k = g_k − Ḡ (N×m×n) of the per-sample gradients of the
     point's data (``Problem.sample_losses``) at W = A0 B0ᵀ."""
-    program = simulate.program_for(point, save="states")
-    data = program.data(simulate.params_of(point, 0))
+    program = program_for(point, save="states")
+    data = program.data(params_of(point, 0))
     with jax.enable_x64(point["x64"]):
         W = jnp.asarray(A0) @ jnp.asarray(B0).T
         g = np.asarray(jax.jacrev(program.problem.sample_losses)(W, data), np.float64)
@@ -124,8 +124,8 @@ def sme_step_states(
     flow = flow_config(dict(point), set(solver_set or ()))
     dt = float(flow["solver"]["dt"])
     one = config_lib.resolve(flow, {"dynamics.paths": paths, "save.ts": [0.0, dt]})
-    program = simulate.program_for(one, save="states")
-    base = simulate.params_of(one, 0)
+    program = program_for(one, save="states")
+    base = params_of(one, 0)
     A, B = run_chunked(program, [base | {"path": p} for p in range(paths)])
     return A, B, dt
 

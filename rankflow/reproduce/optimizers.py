@@ -42,8 +42,9 @@ from .. import compare as compare_lib
 from .. import plots, theory
 from ..compare.options import split_options
 from ..core import config as config_lib
-from ..core.program import STATUS, params_of, program_for
+from ..core.program import params_of, program_for
 from ..engine import programs
+from ..engine.status import STATUS
 from ..numerics.schedules import schedule_of
 from . import discrete
 from ._common import Claim, Context, config_path, fmt, full_overrides, sweep_config, verdict

@@ -18,6 +18,7 @@ from rankflow import theory
 from rankflow.core import config as C
 from rankflow.core.factors import chain, depth_observables, init_depth_factors, product
 from rankflow.core.program import TRACE_COUNTS, params_of, program_for
+from rankflow.engine.status import Status
 
 ETA, LAM = 0.4, 0.1
 
@@ -40,7 +41,7 @@ def _states(cfg):
     """Every saved factor tuple of a single-point config (``save = "states"``): the
     point, its program and the factors ``(W_1, …, W_L)``, each ``(saves, d_j, d_{j−1})``."""
     point, program, out = states(cfg)
-    assert (out["status"] == 0).all()
+    assert (out["status"] == Status.ok).all()
     return point, program, tuple(W[0] for W in out["theta"])
 
 

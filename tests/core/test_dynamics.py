@@ -19,10 +19,15 @@ from helpers import states
 import rankflow
 from rankflow import theory
 from rankflow.core import config as C
-from rankflow.core.dynamics.vector_fields import gradient_flow_field, momentum_flow_field, noise_term
+from rankflow.core.dynamics.vector_fields import (
+    gradient_flow_field,
+    momentum_flow_field,
+    noise_term,
+)
 from rankflow.core.observables import OBSERVABLES
 from rankflow.core.problems import init_factors, make_problem
 from rankflow.core.program import PARAM_KEYS, TRACE_COUNTS, params_of, program_for
+from rankflow.engine.status import Status
 from rankflow.numerics.solve import make_solver
 
 SV = ["sv_1", "sv_2", "sv_3"]
@@ -178,7 +183,7 @@ def test_T7_momentum_balance_rates_along_simulatedstates():
             "save": {"t1": t1, "num": num},
         }
     )
-    assert (out["status"] == 0).all()
+    assert (out["status"] == Status.ok).all()
     theta = jax.tree.map(lambda x: jnp.asarray(x[0]), out["theta"])  # (saves, ·, r)
     M = jax.tree.map(lambda x: jnp.asarray(x[0]), out["M"])
     eta, lam, mu = MOMENTUM["eta"], MOMENTUM["lam"], MOMENTUM["mu"]

@@ -21,6 +21,7 @@ from rankflow.core import config as C
 from rankflow.core.dynamics.vector_fields import noise_term
 from rankflow.core.optimizers import make_optimizer
 from rankflow.core.program import params_of, program_for
+from rankflow.engine.status import Status
 from rankflow.numerics.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
 
 ETA, LAM, W, F, T1 = 0.5, 0.1, 8, 0.1, 40
@@ -84,7 +85,7 @@ def _states(point):
     """The factors at the saves of one run, and its program."""
     prog = program_for(point, save="states")
     out = prog.run({k: np.asarray([v]) for k, v in params_of(point, 0).items()})
-    assert (out["status"] == 0).all()
+    assert (out["status"] == Status.ok).all()
     A, B = (np.asarray(x[0]) for x in out["theta"])
     return A, B, prog
 

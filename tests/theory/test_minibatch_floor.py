@@ -14,6 +14,7 @@ import pytest
 
 from rankflow.core import config as C
 from rankflow.core.program import params_of, program_for
+from rankflow.engine.status import Status
 from rankflow.theory import gd_balance_step, minibatch_balance_floor
 
 ETA, LAM, N = 0.1, 0.1, 64
@@ -103,7 +104,7 @@ def _stationary_run(paths: int, t1: int, burn: int, saves: int):
     program = program_for(points[0], save="states")
     rows = [params_of(points[i], p) for i in range(len(BATCHES)) for p in range(paths)]
     out = program.run({k: np.array([r[k] for r in rows]) for k in rows[0]})
-    assert (out["status"] == 0).all()
+    assert (out["status"] == Status.ok).all()
     data = program.data(rows[0])
     with jax.enable_x64(True):
         A, B = (jnp.asarray(x) for x in out["theta"])  # (runs, saves, ·, r)
