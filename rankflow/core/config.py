@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import fields as schema_lib
-from ..config.callables import UNHASHABLE_CODE, callable_identity, load_callable
+from ..config.callables import UNHASHABLE_CODE, callable_identity
 from ..config.fields import (
     BOOL,
     INT,
@@ -43,6 +43,7 @@ from ..config.fields import (
 )
 from ..config.schema import Schema
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
+from .problems import PROBLEMS, RegisteredKinds, problem_class, problem_section
 from .vocabulary import (
     BATCH_PAD_RATIO,
     CONTINUOUS_DYNAMICS,
@@ -54,7 +55,6 @@ from .vocabulary import (
     MOMENTUM_DYNAMICS,
     NOISE_MODELS,
     NOISE_MODELS_OF,
-    PROBLEM_KINDS,
     SDE_DYNAMICS,
     SIGMA_DYNAMICS,
     STOCHASTIC_DYNAMICS,
@@ -70,7 +70,6 @@ from .vocabulary import (
     save_times,
     schedule_error,
     sde_methods,
-    singular_values,
     solver_adaptive,
     solver_method,
 )
@@ -96,36 +95,32 @@ __all__ = [
 # The sections of :data:`SCHEMA` (built at the end of the module, with the rules).
 SECTIONS: dict[str, dict[str, Field]] = {
     "": schema_lib.top_fields("PRNG seed: problem data, initialisation, noise"),
-    "problem": {
-        "kind": Field(STR, "diagonal", "loss of W = ABᵀ", one_of(PROBLEM_KINDS)),
-        "singular_values": Field(
-            LIST,
-            None,
-            "diagonal: S = diag(s); other kinds: the target's singular values "
-            "(default evenly spaced from 1 down to 1/rank)",
-            optional=True,
-        ),
-        "m": Field(INT, 20, "rows of W (not diagonal)", ge(1)),
-        "n": Field(INT, 20, "columns of W (not diagonal)", ge(1)),
-        "rank": Field(INT, 3, "rank of the target W* (not diagonal)", ge(1)),
-        "samples": Field(INT, 400, "measurements / observed entries / data points", ge(1)),
-        "seed": Field(
-            INT,
-            None,
-            "seed of the data alone (default: the top-level seed)",
-            seed_range,
-            optional=True,
-            traced=True,
-        ),
-        "noise": Field(NUM, 0.0, "std of additive label noise", ge(0), traced=True),
-        "loss": Field(
-            STR,
-            None,
-            "custom: 'module:function' giving L(W) (Python: the callable itself)",
-            optional=True,
-            callables=True,
-        ),
-    },
+    # The fields every kind has, then each registered kind's own (Problem.fields).
+    "problem": problem_section(
+        {
+            "kind": Field(STR, "diagonal", "loss of W = ABᵀ", RegisteredKinds()),
+            "singular_values": Field(
+                LIST,
+                None,
+                "diagonal: S = diag(s); other kinds: the target's singular values "
+                "(default evenly spaced from 1 down to 1/rank)",
+                optional=True,
+            ),
+            "m": Field(INT, 20, "rows of W (not diagonal)", ge(1)),
+            "n": Field(INT, 20, "columns of W (not diagonal)", ge(1)),
+            "rank": Field(INT, 3, "rank of the target W* (not diagonal)", ge(1)),
+            "samples": Field(INT, 400, "measurements / observed entries / data points", ge(1)),
+            "seed": Field(
+                INT,
+                None,
+                "seed of the data alone (default: the top-level seed)",
+                seed_range,
+                optional=True,
+                traced=True,
+            ),
+            "noise": Field(NUM, 0.0, "std of additive label noise", ge(0), traced=True),
+        }
+    ),
     "model": MODEL_FIELDS,
     "init": {
         "kind": Field(STR, "gaussian", "initialisation of (A, B)", one_of(INIT_KINDS)),
@@ -240,41 +235,8 @@ def validate(cfg: Mapping[str, Any]) -> None:
 
 
 def _validate_problem(p: Mapping[str, Any], init: Mapping[str, Any]) -> None:
-    sv = singular_values(p)
-    if p["kind"] == "diagonal":
-        if len(sv) < 1:
-            raise ConfigError("problem.singular_values: diagonal needs at least one value")
-    elif p["kind"] != "custom":  # a custom loss has no target, and no rank
-        if p["rank"] > min(p["m"], p["n"]):
-            raise ConfigError(
-                f"problem.rank: must be ≤ min(problem.m, problem.n) = {min(p['m'], p['n'])}, "
-                f"got {p['rank']}"
-            )
-        if sv is not None and len(sv) != p["rank"]:
-            raise ConfigError(
-                f"problem.singular_values: needs problem.rank = {p['rank']} values, got {len(sv)}"
-            )
-    if sv is not None and any(v < 0 for v in sv):
-        raise ConfigError("problem.singular_values: must be ≥ 0")
-    if p["kind"] == "regression" and p["samples"] < p["n"]:
-        raise ConfigError(
-            f"problem.samples: regression whitens its inputs and needs samples ≥ problem.n "
-            f"= {p['n']}, got {p['samples']}"
-        )
-    if p["kind"] == "custom":
-        if p["loss"] is None:
-            raise ConfigError(
-                "problem.loss: custom problems need a loss, 'module:function' "
-                "(or a callable L(W) in the Python API)"
-            )
-        load_callable(p["loss"])
-    if p["kind"] != "custom" and p["loss"] is not None:
-        raise ConfigError(f"problem.loss: only for problem.kind = 'custom', not {p['kind']!r}")
-    if p["kind"] == "custom" and init["kind"] == "spectral":
-        raise ConfigError(
-            "init.kind: 'spectral' needs a target, which custom problems lack; "
-            "use gaussian, balanced or imbalanced"
-        )
+    """The kind's rules (:meth:`~.problems.Problem.check_config` of its class)."""
+    problem_class(p["kind"]).check_config(p, init)
 
 
 def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
@@ -304,15 +266,15 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
         if not p_has_samples(p):
             raise ConfigError(
                 f"dynamics.kind: sgd samples minibatches of data; problem.kind = "
-                f"{p['kind']!r} has none (use sensing, completion or regression, or "
+                f"{p['kind']!r} has none (use {kinds_with_samples()}, or "
                 f"sgd_gaussian for Gaussian gradient noise)"
             )
     if noise_model(d) == "minibatch":
         if not p_has_samples(p):
             raise ConfigError(
                 f"dynamics.noise: 'minibatch' noise is the covariance of minibatches of "
-                f"data; problem.kind = {p['kind']!r} has none (use sensing, completion or "
-                f"regression, or noise = 'gradient' for isotropic gradient noise)"
+                f"data; problem.kind = {p['kind']!r} has none (use {kinds_with_samples()}, "
+                f"or noise = 'gradient' for isotropic gradient noise)"
             )
         if d["batch"] > p["samples"]:
             raise ConfigError(
@@ -413,17 +375,16 @@ def _validate_save(cfg: Mapping[str, Any]) -> None:
 
 
 def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[str, Any]:
-    """Fill a validated point's derived values in place: a diagonal problem's singular
-    values and its m = n, the solver's method and ``adaptive``, ``save.t1`` from
+    """Fill a validated point's derived values in place: the problem kind's
+    (:meth:`~.problems.Problem.derive`; a diagonal problem's singular values and its
+    m = n), the solver's method and ``adaptive``, ``save.t1`` from
     ``save.ts``, a depth-2 ``model.r`` list as its one width, sgd's ``batch_pad`` (the
     given one, else its batch's in ``pads``, the sweep's :func:`~.vocabulary.batch_pads`,
     else the batch; at least the batch and at most ``problem.samples``, so that a point
     resolved again with another batch stays valid; None for other dynamics). Returns
     the point."""
     p, d, s, sv = cfg["problem"], cfg["dynamics"], cfg["solver"], cfg["save"]
-    if p["kind"] == "diagonal":
-        p["singular_values"] = singular_values(p)
-        p["m"] = p["n"] = len(p["singular_values"])
+    problem_class(p["kind"]).derive(p)
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
     d["noise"] = noise_model(d)
@@ -442,7 +403,14 @@ def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[s
 
 def p_has_samples(problem: Mapping[str, Any]) -> bool:
     """Whether a problem's loss averages over data points (minibatches make sense)."""
-    return problem["kind"] in ("sensing", "completion", "regression")
+    return problem_class(problem["kind"]).has_samples
+
+
+def kinds_with_samples() -> str:
+    """The registered kinds with data points, as a phrase: ``"sensing, completion or
+    regression"``."""
+    kinds = [name for name, cls in PROBLEMS.items() if cls.has_samples]
+    return " or ".join(filter(None, (", ".join(kinds[:-1]), kinds[-1])))
 
 
 def warn_deterministic(points: list[Mapping[str, Any]]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config.fields import INT, LIST, ConfigError, Field, ge
-from .vocabulary import singular_values
+from .problems import problem_class
 
 __all__ = ["MODEL_FIELDS", "PAIRS_FIELD", "positive_widths", "validate_depth", "warn_narrow"]
 
@@ -81,10 +81,10 @@ def warn_narrow(points: list[Mapping[str, Any]]) -> None:
     narrow = set()
     for p in points:
         prob, model = p["problem"], p["model"]
-        if model["depth"] == 2 or prob["kind"] == "custom":
+        kind = problem_class(prob["kind"])
+        if model["depth"] == 2 or not kind.has_target:
             continue
-        sv = singular_values(prob)
-        rank = sum(1 for v in sv if v != 0) if prob["kind"] == "diagonal" else prob["rank"]
+        rank = kind.target_rank_of(prob)
         width = min(model["r"]) if isinstance(model["r"], list) else model["r"]
         if width < rank:
             narrow.add((width, rank))

@@ -29,7 +29,7 @@ from ..engine.states import states_of
 from . import config as config_lib
 from . import vocabulary
 from .observables import OBSERVABLES, num_singular_values
-from .problems import check_custom_loss
+from .problems import problem_class
 from .program import run_tables
 
 __all__ = [
@@ -57,21 +57,16 @@ def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
     target; the L factors with the solver's stages of them and the product's work
     arrays; the saved observables; the run's rows of the results table."""
     p, model = point["problem"], point["model"]
-    kind, depth = p["kind"], model.get("depth", 2)
+    kind, depth = problem_class(p["kind"]), model.get("depth", 2)
     item, m, n, state, wide = _sizes(point)
-    mn = ("problem.singular_values",) if kind == "diagonal" else ("problem.m", "problem.n")
-    N = p["samples"]
-    # Data drawn as normal variates: while it is made, XLA:CPU holds the PRNG's bits,
-    # their float32 values and the cast (measured: 24 bytes per entry in float32, 30 in
-    # float64; tests/engine/test_resource_guards.py).
-    drawn = {"sensing": N * m * n, "regression": (m + n) * N}.get(kind, 0)
-    data = drawn * (16 + 2 * item) + (3 * N * item if kind == "completion" else 0)
+    mn = kind.shape_keys
     saves = vocabulary.save_count(point)
     columns = len(OBSERVABLES) + depth - 2 + num_singular_values(m, n, wide)
     table_columns = columns + len(config_lib.NUMERIC_KEYS) + 12  # ids, t, structure
     save_key = ("save.ts",) if point["save"]["ts"] is not None else ("save.num",)
-    parts = {
-        ("problem.samples", *mn): data,
+    # The problem's data, by the keys that set each part (Problem.data_memory), first.
+    parts = dict(kind.data_memory(p, item))
+    for keys, nbytes in {
         # Solvers keep several stages of the state (Tsit5: 7, plus momentum and the
         # error estimate); depth L's chain rule holds L partial products beside it.
         ("model.r", "model.depth", *mn): item * (24 * state + 2 * depth * wide * (m + n)),
@@ -79,7 +74,8 @@ def memory_parts(point: Mapping[str, Any]) -> dict[tuple[str, ...], int]:
         mn: item * 4 * m * n,
         # Saved observables in the program, then the float64 rows (DataFrame, parquet).
         save_key: saves * (item * columns + 8 * 3 * table_columns),
-    }
+    }.items():
+        parts[keys] = parts.get(keys, 0) + nbytes
     if point["save"].get("states"):
         # The factors at the saves: in the program, in arrow while written, in the
         # parquet writer's pages; a row object per factor and save in the table.
@@ -99,7 +95,7 @@ def _sizes(point: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     p, model = point["problem"], point["model"]
     depth, r = model.get("depth", 2), model["r"]
     item = 8 if point["x64"] else 4
-    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
+    m, n = problem_class(p["kind"]).shape_of(p)
     if isinstance(r, list | tuple):  # depth L: the L − 1 widths listed
         dims = (n, *r, m)
         return item, m, n, sum(a * b for a, b in zip(dims, dims[1:])), max(r)
@@ -137,7 +133,7 @@ def result_bytes(point: Mapping[str, Any]) -> int:
     rows, float64 or pointers per column, and a copy while sorting). States read back
     (``save.states``) are :func:`check_states`'s: the command never reads them."""
     p, model = point["problem"], point["model"]
-    m, n = (len(p["singular_values"]),) * 2 if p["kind"] == "diagonal" else (p["m"], p["n"])
+    m, n = problem_class(p["kind"]).shape_of(p)
     r = model["r"]
     k = num_singular_values(m, n, max(r) if isinstance(r, list | tuple) else r)
     columns = len(OBSERVABLES) + model.get("depth", 2) - 2 + k + len(config_lib.NUMERIC_KEYS) + 12
@@ -195,10 +191,10 @@ class CoreFamily(engine.Family):
         return sv["num"], "save.num", f"one every {gap:,.4g} steps up to save.t1 = {sv['t1']:g}"
 
     def check(self, point: Mapping[str, Any]) -> None:
-        """Before compiling: a custom loss is evaluated once on a sample W."""
+        """Before compiling: the problem kind's checks (:meth:`~.problems.Problem.precheck`;
+        a custom loss is evaluated once on a sample W)."""
         p = point["problem"]
-        if p["kind"] == "custom":
-            check_custom_loss(p["loss"], p["m"], p["n"], point["x64"])
+        problem_class(p["kind"]).precheck(p, point["x64"])
 
     def expected_rows(self, point: Mapping[str, Any], runs: int) -> dict[str, int]:
         return {table: runs * vocabulary.save_count(point) for table in self.tables}

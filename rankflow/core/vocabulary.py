@@ -13,9 +13,12 @@ from typing import Any
 
 from ..numerics import solve as solve_lib
 
+# The problem kinds are the registry PROBLEMS (read live: a kind registered after import
+# is one too); diagonal's default singular values are its class's.
+from .problems import DIAGONAL_DEFAULT, PROBLEMS  # noqa: F401  (re-exported)
+
 # --- the vocabulary -------------------------------------------------------------------
 
-PROBLEM_KINDS = ("diagonal", "sensing", "completion", "regression", "custom")
 INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
 # The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax).
 CONTINUOUS_DYNAMICS = (
@@ -69,8 +72,6 @@ FLOW_OF = {
 }
 # Every solver's config name (solver.method): the keys of rankflow.numerics.solve.SOLVERS.
 METHODS = tuple(solve_lib.SOLVERS)
-
-DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
 # A sweep's minibatch sizes share one sgd program while its largest is at most this many
 # times its smallest (:func:`batch_pads`): every run draws the group's largest batch and
 # uses its own first b points, so a run of the smallest size costs up to this factor more
@@ -83,15 +84,6 @@ MAX_STEPS = 2**31 - 1
 # --- derived values ----------------------------------------------------------------------
 # Each is a pure function of a point's given values; `validate` checks what they give and
 # `derive` writes them in.
-
-
-def singular_values(problem: Mapping[str, Any]) -> list[float] | None:
-    """The problem's singular values: given, or diagonal's default (None: the target's
-    default, drawn with the problem)."""
-    sv = problem["singular_values"]
-    if sv is None and problem["kind"] == "diagonal":
-        return list(DIAGONAL_DEFAULT)
-    return sv
 
 
 def noise_model(dynamics: Mapping[str, Any]) -> str | None:

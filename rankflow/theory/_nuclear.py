@@ -16,12 +16,15 @@ from ._common import Scalar, balance, float_dtype, frobenius, l2_penalty, nuclea
 
 class Problem(Protocol):
     """What T3's functions read of a problem (:class:`rankflow.core.problems.Problem` is
-    one): its ``kind``, the shape ``(m, n)`` of W and its loss ``L(W, data)``."""
+    one): its ``kind``, the shape ``(m, n)`` of W, its loss ``L(W, data)`` and the
+    Lipschitz constant of its gradient."""
 
     kind: str
     shape: tuple[int, int]
 
     def loss(self, W: Float[Array, "m n"], data: dict[str, Array]) -> Scalar: ...
+
+    def lipschitz_constant(self, data: dict[str, Array]) -> Float[Array, ""]: ...
 
 
 # --- T1, T2: L2 penalty versus nuclear norm ------------------------------------------------
@@ -173,13 +176,15 @@ def prox_gradient(
 
 
 def lipschitz_constant(problem: Problem, data: dict[str, Array]) -> Float[Array, ""]:
-    """T3: the Lipschitz constant of ``∇L`` for a :class:`rankflow.core.problems.Problem`.
+    """T3: the Lipschitz constant of ``∇L`` for a :class:`rankflow.core.problems.Problem`:
+    its kind's ``lipschitz_constant(data)``.
 
     The largest eigenvalue of the (constant) Hessian of the quadratic loss:
     ``diagonal``: 1; ``sensing``: ``‖X_mat‖_2²/N`` with ``X_mat`` the N×(mn) matrix of
     measurements; ``completion``: ``mn/N`` times the largest number of times one entry
     was observed; ``regression``: ``‖X‖_2²/N`` (1 up to rounding, X being whitened).
-    ``custom`` losses have no known constant (a ``ValueError``).
+    ``custom`` losses have no known constant (a ``ValueError``), nor has a kind that
+    declares none.
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -193,23 +198,7 @@ def lipschitz_constant(problem: Problem, data: dict[str, Array]) -> Float[Array,
       >>> round(float(jnp.linalg.eigvalsh(H).max()), 4)
       2.6667
     """
-    kind = problem.kind
-    if kind == "diagonal":
-        return jnp.asarray(1.0, float_dtype(data["target"]))
-    if kind == "sensing":
-        X = data["X"]
-        N = X.shape[0]
-        return jnp.linalg.norm(jnp.reshape(X, (N, -1)), 2) ** 2 / N
-    if kind == "completion":
-        m, n = problem.shape
-        rows, cols = data["rows"], data["cols"]
-        dtype = float_dtype(data["y"])
-        counts = jnp.zeros((m, n), dtype).at[rows, cols].add(1.0)
-        return (m * n / rows.shape[0]) * jnp.max(counts)
-    if kind == "regression":
-        X = data["X"]
-        return jnp.linalg.norm(X, 2) ** 2 / X.shape[1]
-    raise ValueError(f"lipschitz_constant: no known constant for problem kind {kind!r}")
+    return problem.lipschitz_constant(data)
 
 
 def nuclear_minimiser(

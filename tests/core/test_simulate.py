@@ -14,7 +14,7 @@ import pytest
 import rankflow
 from rankflow import cli
 from rankflow.core import config as C
-from rankflow.core import vocabulary
+from rankflow.core import problems, vocabulary
 from rankflow.core.dynamics.vector_fields import gradient_flow_field
 from rankflow.core.observables import OBSERVABLES
 from rankflow.core.optimizers import gd
@@ -36,6 +36,12 @@ PROBLEMS = {
     "regression": {"kind": "regression", "m": 3, "n": 5, "rank": 2, "samples": 40, "noise": 0.1},
     "custom": {"kind": "custom", "m": 4, "n": 3, "loss": quartic_plus_quadratic},
 }
+
+
+def test_every_registered_problem_kind_is_here():
+    """The kinds above are the registry's, in its order: a kind registered in
+    rankflow.core.problems and missing here fails (its identities are then untested)."""
+    assert list(PROBLEMS) == list(problems.PROBLEMS)
 
 
 @pytest.mark.parametrize(

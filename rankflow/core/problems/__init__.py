@@ -17,9 +17,12 @@ from .base import (
     PROBLEMS,
     Minibatch,
     Problem,
+    RegisteredKinds,
+    declared_fields,
     draw_minibatch,
     make_problem,
     problem_class,
+    problem_section,
     register_problem,
     registered,
     unregister_problem,
@@ -36,6 +39,9 @@ from .custom import Custom, check_custom_loss
 # isort: on
 from .initial import init_factors
 
+# A new kind: one module defining its registered class, imported above (its place here is
+# its place in the vocabulary and --help); its own config keys are its class's ``fields``.
+
 __all__ = [
     "DIAGONAL_DEFAULT",
     "PROBLEMS",
@@ -45,12 +51,15 @@ __all__ = [
     "Minibatch",
     "Problem",
     "Regression",
+    "RegisteredKinds",
     "Sensing",
     "check_custom_loss",
+    "declared_fields",
     "draw_minibatch",
     "init_factors",
     "make_problem",
     "problem_class",
+    "problem_section",
     "register_problem",
     "registered",
     "unregister_problem",

@@ -9,10 +9,14 @@ names, read live, so a kind registered after import is accepted too). A kind dec
 - class attributes: ``name`` (its ``problem.kind``), ``description`` (one line),
   ``has_samples`` (its loss averages over data points, so minibatches make sense),
   ``has_target`` (its data hold a target ``W*`` under ``"target"``), ``shape_keys``
-  (the config keys that set W's shape);
+  (the config keys that set W's shape), ``fields`` (the ``problem.*`` config keys of its
+  own, :class:`~rankflow.config.fields.Field` s by name, merged into the problem
+  section's schema after the common ones: :func:`problem_section`; a key set to other
+  than its default for a kind that does not declare it is a ConfigError);
 - class methods of the resolved config section ``p`` (a mapping, ``cfg["problem"]``):
   :meth:`~Problem.validate` (its cross-field rules, raising ConfigError naming the
-  field), :meth:`~Problem.shape_of` ``(m, n)``, :meth:`~Problem.target_rank_of`,
+  field; :meth:`~Problem.check_config` adds the rule on other kinds' fields),
+  :meth:`~Problem.shape_of` ``(m, n)``, :meth:`~Problem.target_rank_of`,
   :meth:`~Problem.singular_values_of`, :meth:`~Problem.derive` (its derived values,
   written in place), :meth:`~Problem.data_memory` (bytes of its data by the keys that
   set them), :meth:`~Problem.precheck` (before compiling) and
@@ -55,7 +59,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ...config.fields import ConfigError
+from ...config.fields import ConfigError, Field, OneOf
 from ...numerics import linalg
 
 Data = dict[str, Array]
@@ -133,12 +137,6 @@ def random_target(
     return (U * s[None, :]) @ V.T, kx, ke
 
 
-def refuse_loss(p: Mapping[str, Any]) -> None:
-    """ConfigError unless ``problem.loss`` is unset (only ``custom`` takes one)."""
-    if p["loss"] is not None:
-        raise ConfigError(f"problem.loss: only for problem.kind = 'custom', not {p['kind']!r}")
-
-
 def check_nonnegative(sv) -> None:
     """ConfigError naming ``problem.singular_values`` if one is negative."""
     if sv is not None and any(v < 0 for v in sv):
@@ -173,6 +171,7 @@ class Problem:
     has_samples: ClassVar[bool] = False
     has_target: ClassVar[bool] = True
     shape_keys: ClassVar[Keys] = ("problem.m", "problem.n")
+    fields: ClassVar[Mapping[str, Field]] = {}
 
     def __new__(cls, *args: Any, **kwargs: Any):
         """``Problem(kind, …)`` builds the registered class of ``kind``."""
@@ -193,8 +192,8 @@ class Problem:
     @classmethod
     def validate(cls, p: Mapping[str, Any], init: Mapping[str, Any]) -> None:
         """The kind's cross-field rules (ConfigError naming the field). Here: the
-        target's rank fits W, ``singular_values`` (if given) number ``rank`` and are
-        ≥ 0, and no ``problem.loss``."""
+        target's rank fits W and ``singular_values`` (if given) number ``rank`` and are
+        ≥ 0."""
         if p["rank"] > min(p["m"], p["n"]):
             raise ConfigError(
                 f"problem.rank: must be ≤ min(problem.m, problem.n) = {min(p['m'], p['n'])}, "
@@ -206,7 +205,19 @@ class Problem:
                 f"problem.singular_values: needs problem.rank = {p['rank']} values, got {len(sv)}"
             )
         check_nonnegative(sv)
-        refuse_loss(p)
+
+    @classmethod
+    def check_config(cls, p: Mapping[str, Any], init: Mapping[str, Any]) -> None:
+        """Every rule of the kind on a resolved section (ConfigError naming the field):
+        :meth:`validate`, then no key of another kind's :attr:`fields` set to other
+        than its default."""
+        cls.validate(p, init)
+        for key, (f, owners) in declared_fields().items():
+            if cls.name not in owners and p.get(key, f.default) != f.default:
+                kinds = " or ".join(repr(k) for k in owners)
+                raise ConfigError(
+                    f"problem.{key}: only for problem.kind = {kinds}, not {p['kind']!r}"
+                )
 
     @classmethod
     def shape_of(cls, p: Mapping[str, Any]) -> tuple[int, int]:
@@ -296,9 +307,16 @@ class Problem:
 PROBLEMS: dict[str, type[Problem]] = {}
 
 
+# The problem section of the family's schema once :func:`problem_section` built it (None
+# before): a kind registered later may declare only the keys it holds.
+_SECTION: dict[str, Field] | None = None
+
+
 def register_problem(cls: type[Problem]) -> type[Problem]:
     """Register a problem kind (a class decorator): ``PROBLEMS[cls.name] = cls``. Refuses
-    a class that is no :class:`Problem`, has no ``name`` or reuses a registered one."""
+    a class that is no :class:`Problem`, has no ``name`` or reuses a registered one, and
+    :attr:`~Problem.fields` that clash with another kind's or (a kind registered after
+    the schema was built, e.g. in a test) that the problem section does not hold."""
     if not (isinstance(cls, type) and issubclass(cls, Problem)):
         raise TypeError(f"register_problem: {cls!r} is not a subclass of Problem")
     if not cls.name or not cls.description:
@@ -308,8 +326,61 @@ def register_problem(cls: type[Problem]) -> type[Problem]:
             f"register_problem: problem.kind {cls.name!r} is registered already "
             f"({PROBLEMS[cls.name].__qualname__})"
         )
+    known = declared_fields()
+    for key, f in cls.fields.items():
+        if key in known and known[key][0] != f:
+            raise ValueError(
+                f"register_problem: {cls.__name__}.fields: problem.{key} is declared "
+                f"otherwise by problem.kind {known[key][1][0]!r}"
+            )
+        if _SECTION is not None and _SECTION.get(key) != f:
+            raise ValueError(
+                f"register_problem: {cls.__name__}.fields: problem.{key} is not in the "
+                f"config schema's problem section, built when rankflow.core.config was "
+                f"imported; a kind with config keys of its own registers on import of "
+                f"rankflow.core.problems"
+            )
     PROBLEMS[cls.name] = cls
     return cls
+
+
+def declared_fields() -> dict[str, tuple[Field, tuple[str, ...]]]:
+    """The keys the registered kinds declare (:attr:`Problem.fields`), in order of
+    registration: name → (its field, the kinds declaring it)."""
+    out: dict[str, tuple[Field, tuple[str, ...]]] = {}
+    for name, cls in PROBLEMS.items():
+        for key, f in cls.fields.items():
+            out[key] = (f, (*out.get(key, (f, ()))[1], name))
+    return out
+
+
+def problem_section(common: Mapping[str, Field]) -> dict[str, Field]:
+    """The ``problem`` section of the family's schema: the ``common`` fields (with
+    ``kind``'s check :class:`RegisteredKinds`), then every registered kind's own
+    (:attr:`Problem.fields`), in order of registration. A kind's key that is a common
+    one is a ValueError. Kinds registered afterwards may declare only keys it holds."""
+    global _SECTION
+    section = dict(common)
+    for key, (f, owners) in declared_fields().items():
+        if key in common:
+            raise ValueError(
+                f"problem.{key}: declared by problem.kind {owners[0]!r} and common to every kind"
+            )
+        section[key] = f
+    _SECTION = section
+    return dict(section)
+
+
+class RegisteredKinds(OneOf):
+    """The check of ``problem.kind``: one of the registered kinds, read from
+    :data:`PROBLEMS` when checked (a kind registered after import is accepted)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "hint", False)
+
+    @property
+    def options(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(PROBLEMS)
 
 
 def unregister_problem(name: str) -> None:

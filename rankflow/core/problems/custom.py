@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ...config.callables import load_callable
-from ...config.fields import ConfigError
+from ...config.fields import STR, ConfigError, Field
 from .base import Data, Problem, check_nonnegative, normal, register_problem
 
 
@@ -26,6 +26,15 @@ class Custom(Problem):
     name = "custom"
     description = "a user's L(W): problem.loss, 'module:function' (Python: the callable)"
     has_target = False
+    fields = {
+        "loss": Field(
+            STR,
+            None,
+            "custom: 'module:function' giving L(W) (Python: the callable itself)",
+            optional=True,
+            callables=True,
+        ),
+    }
 
     @classmethod
     def validate(cls, p: Mapping[str, Any], init: Mapping[str, Any]) -> None:

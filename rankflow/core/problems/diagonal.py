@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ...config.fields import ConfigError
-from .base import Data, Problem, check_nonnegative, refuse_loss, register_problem
+from .base import Data, Problem, check_nonnegative, register_problem
 
 # problem.singular_values of a diagonal problem when none are given.
 DIAGONAL_DEFAULT = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -31,7 +31,6 @@ class Diagonal(Problem):
         if len(sv) < 1:
             raise ConfigError("problem.singular_values: diagonal needs at least one value")
         check_nonnegative(sv)
-        refuse_loss(p)
 
     @classmethod
     def singular_values_of(cls, p: Mapping[str, Any]) -> list[float]:
