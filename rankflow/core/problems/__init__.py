@@ -11,7 +11,8 @@ One module per kind: :mod:`.diagonal`, :mod:`.sensing`, :mod:`.completion`,
 initialisations.
 
 All data losses are normalised so that, on noiseless data, their expectation over the
-sampling is ``½‖W − W*‖_F²`` — the same scale as ``diagonal``.
+sampling is ``½‖W − W*‖_F²`` — the same scale as ``diagonal`` — but ``codiagonal``'s,
+whose inputs are not white: ``½ tr((W − W*) C (W − W*)ᵀ)``, C its input covariance.
 """
 
 from .base import (
