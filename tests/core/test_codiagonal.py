@@ -13,6 +13,9 @@ throughout (tests/conftest.py turns x64 on), but for the float32 run at the end.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -293,3 +296,21 @@ def test_T3_codiagonal_float32_run_and_closed_form():
     assert W32.dtype == jnp.float32
     W64 = np.asarray(problem.minimiser(data64, LAM))
     np.testing.assert_allclose(np.asarray(W32), W64, rtol=0, atol=1e-5)
+
+
+# --- the guide ------------------------------------------------------------------------------
+
+
+def test_the_guide_quotes_the_real_files():
+    """Every code block of docs/guides/adding-a-kind.md that opens with a file's path
+    (``# rankflow/…py``) is that file's text verbatim, at the block's indentation, so
+    the walk-through cannot drift from the diff it describes."""
+    root = Path(__file__).resolve().parents[2]
+    guide = (root / "docs" / "guides" / "adding-a-kind.md").read_text()
+    blocks = re.findall(r"```python\n# (\S+\.py)\n(.*?)\n```", guide, flags=re.S)
+    assert len(blocks) >= 10
+    for path, text in blocks:
+        assert text in (root / path).read_text(), f"{path}: not quoted verbatim:\n{text}"
+    # The check can fail: a block changed by one character is not in the file.
+    path, text = blocks[0]
+    assert text.replace("frozen=True", "frozen=False") not in (root / path).read_text()
