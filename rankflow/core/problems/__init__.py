@@ -7,10 +7,12 @@ vmapped program. Losses are pure functions of ``W`` and the data.
 A problem kind is a registered subclass of :class:`Problem` (:mod:`.base` says what it
 declares); :data:`PROBLEMS` holds them by name and is the vocabulary of ``problem.kind``.
 One module per kind: :mod:`.diagonal`, :mod:`.sensing`, :mod:`.completion`,
-:mod:`.regression`, :mod:`.custom`; :mod:`.initial` holds the initialisations.
+:mod:`.regression`, :mod:`.codiagonal`, :mod:`.custom`; :mod:`.initial` holds the
+initialisations.
 
 All data losses are normalised so that, on noiseless data, their expectation over the
-sampling is ``½‖W − W*‖_F²`` — the same scale as ``diagonal``.
+sampling is ``½‖W − W*‖_F²`` — the same scale as ``diagonal`` — but ``codiagonal``'s,
+whose inputs are not white: ``½ tr((W − W*) C (W − W*)ᵀ)``, C its input covariance.
 """
 
 from .base import (
@@ -34,6 +36,7 @@ from .diagonal import DIAGONAL_DEFAULT, Diagonal
 from .sensing import Sensing
 from .completion import Completion
 from .regression import Regression
+from .codiagonal import Codiagonal
 from .custom import Custom, check_custom_loss
 
 # isort: on
@@ -45,6 +48,7 @@ from .initial import init_factors
 __all__ = [
     "DIAGONAL_DEFAULT",
     "PROBLEMS",
+    "Codiagonal",
     "Completion",
     "Custom",
     "Diagonal",
