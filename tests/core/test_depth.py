@@ -34,6 +34,14 @@ PROBLEMS = {
     "sensing": {"kind": "sensing", "m": 4, "n": 3, "rank": 2, "samples": 30},
     "completion": {"kind": "completion", "m": 4, "n": 3, "rank": 2, "samples": 30},
     "regression": {"kind": "regression", "m": 4, "n": 3, "rank": 2, "samples": 30},
+    "codiagonal": {
+        "kind": "codiagonal",
+        "m": 4,
+        "n": 3,
+        "rank": 2,
+        "samples": 30,
+        "input_variances": [1.5, 1.0, 0.5],
+    },
     "custom": {"kind": "custom", "m": 4, "n": 3, "loss": quartic},
 }
 

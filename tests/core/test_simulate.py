@@ -34,6 +34,15 @@ PROBLEMS = {
     "sensing": {"kind": "sensing", "m": 5, "n": 4, "rank": 2, "samples": 60, "noise": 0.1},
     "completion": {"kind": "completion", "m": 5, "n": 4, "rank": 2, "samples": 30},
     "regression": {"kind": "regression", "m": 3, "n": 5, "rank": 2, "samples": 40, "noise": 0.1},
+    "codiagonal": {
+        "kind": "codiagonal",
+        "m": 3,
+        "n": 4,
+        "rank": 2,
+        "samples": 40,
+        "noise": 0.1,
+        "input_variances": [2.0, 1.0, 0.5, 0.25],
+    },
     "custom": {"kind": "custom", "m": 4, "n": 3, "loss": quartic_plus_quadratic},
 }
 
