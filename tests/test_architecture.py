@@ -294,6 +294,91 @@ def test_the_private_module_check_fails_on_an_import_from_outside(monkeypatch):
         assert "rankflow.inspect →" not in str(e)
 
 
+# The package whose imports from the rest of rankflow must be public names only: it shows
+# how the library is used, so that it reads as a user's code would.
+PUBLIC_ONLY = "rankflow.reproduce"
+
+
+def _public_names(module: str) -> frozenset[str]:
+    """The ``__all__`` of a rankflow module (imported: a package's ``__all__`` may be
+    built from its modules' lists, as ``rankflow.plots`` builds it)."""
+    import importlib
+
+    return frozenset(getattr(importlib.import_module(module), "__all__", ()))
+
+
+def _non_public_uses(module: str, source: str | None = None) -> list[str]:
+    """What ``module`` (or ``source`` read as it) takes from rankflow outside its own
+    package that is not public: an underscore name or module, or a name its owning
+    module's ``__all__`` does not list, imported (``from ..core.program import x``) or
+    read off an imported module (``plots.depth_figure``). A module imported by name is
+    public unless a part of its path starts with an underscore."""
+    tree = ast.parse(MODULES[module].read_text() if source is None else source)
+    own = PUBLIC_ONLY + "."
+    bad, aliases = [], {}
+
+    def check(owner: str, name: str) -> None:
+        sub = f"{owner}.{name}"
+        if sub in MODULES:
+            if _private_module_owner(sub) is not None:
+                bad.append(sub)
+        elif name.startswith("_") or name not in _public_names(owner):
+            bad.append(sub)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            src = _target(module, node)
+            if not src or not src.startswith("rankflow") or (src + ".").startswith(own):
+                continue
+            for a in node.names:
+                check(src, a.name)
+                if f"{src}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{src}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("rankflow") and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            check(aliases[node.value.id], node.attr)
+    return sorted(set(bad))
+
+
+def test_reproduce_uses_the_packages_public_names_only():
+    """``rankflow.reproduce`` takes from the other packages only what their ``__all__``
+    lists: no underscore name, no name a module keeps to itself."""
+    uses = [
+        f"{m} uses {name}"
+        for m in MODULES
+        if m == PUBLIC_ONLY or m.startswith(PUBLIC_ONLY + ".")
+        for name in _non_public_uses(m)
+    ]
+    assert not uses, "names outside their module's __all__:\n" + "\n".join(uses)
+
+
+def test_the_public_name_check_fails_on_private_and_unlisted_names():
+    """The wrong versions: an underscore name imported, one read off an imported module,
+    a private module, and a name the module imports for itself (``dataclasses`` in
+    ``numerics.solve``, not in its ``__all__``) are each refused; reproduce's own
+    private modules (``._common``) and the public names of the real module are not."""
+    module = "rankflow.reproduce.noise"
+    source = MODULES[module].read_text()
+    assert _non_public_uses(module, source) == []
+    wrong = {
+        "from ..core.program import _something\n": ["rankflow.core.program._something"],
+        "from ..core import program as simulate\nsimulate._run\n": ["rankflow.core.program._run"],
+        "from ..inspect import _series\n": ["rankflow.inspect._series"],
+        "from ..numerics.solve import dataclasses\n": ["rankflow.numerics.solve.dataclasses"],
+        "from .. import plots\nplots.no_such_figure\n": ["rankflow.plots.no_such_figure"],
+    }
+    for extra, expected in wrong.items():
+        assert _non_public_uses(module, source + extra) == expected, extra
+
+
 def test_duplicates_stay_few():
     """``duplicates --repo rankflow`` (the tool library's, 6 lines): at most
     ``MAX_DUPLICATE_PAIRS`` pairs. Skipped where the tool is not installed (CI machines
