@@ -1,10 +1,11 @@
 """The shape of the code, measured (issues #13, #27, #42): the packages' import layers with
 no arrow running back up (the root package ``rankflow`` is the top layer: it may import
 any, and no module imports it), no module using another's private names or another
-package's private (underscore) modules, no import cycle, no
-module over 600 lines, at most 4 functions over 80 lines, and at most 12 pairs of
-repeated code in ``duplicates --repo rankflow``. Read with ``ast`` from the source, so
-the checks see exactly what a reader sees."""
+package's private (underscore) modules, no import cycle, at most 3 modules over 500
+lines, at most 2 functions over 80 lines, and at most 8 pairs of repeated code in
+``duplicates --repo rankflow``. The three caps are ratchets: each is what the code meets
+today, lowered when it improves and never raised; a failure names the offenders. Read
+with ``ast`` from the source, so the checks see exactly what a reader sees."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "rankflow"
-MAX_MODULE_LINES = 600
+# Ratchets (lower them as the code improves, never raise them): at most MAX_LONG_MODULES
+# modules over MAX_MODULE_LINES lines, MAX_LONG_FUNCTIONS functions over
+# MAX_FUNCTION_LINES lines, and MAX_DUPLICATE_PAIRS pairs of repeated code.
+MAX_MODULE_LINES = 500
+MAX_LONG_MODULES = 3
 MAX_FUNCTION_LINES = 80
-MAX_LONG_FUNCTIONS = 4
-MAX_DUPLICATE_PAIRS = 12
+MAX_LONG_FUNCTIONS = 2
+MAX_DUPLICATE_PAIRS = 8
 
 # The import layers, lowest first: a package may import from its own layer's packages
 # only where listed in SIDEWAYS, and from any lower layer; never from a higher one.
@@ -141,20 +146,49 @@ def test_no_import_cycle():
             visit(m)
 
 
-def test_modules_and_functions_stay_short():
+def _long_modules() -> list[str]:
+    """The modules over ``MAX_MODULE_LINES`` lines, as ``name (lines)``."""
     sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
-    long_modules = {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES}
-    assert not long_modules, f"modules over {MAX_MODULE_LINES} lines: {long_modules}"
-    long_functions = []
+    return [f"{m} ({n})" for m, n in sizes.items() if n > MAX_MODULE_LINES]
+
+
+def _long_functions() -> list[str]:
+    """The functions over ``MAX_FUNCTION_LINES`` lines, as ``module.name (lines)``."""
+    out = []
     for m, p in MODULES.items():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION_LINES:
-                    long_functions.append(f"{m}.{node.name} ({n})")
-    assert len(long_functions) <= MAX_LONG_FUNCTIONS, (
-        f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
+                    out.append(f"{m}.{node.name} ({n})")
+    return out
+
+
+def test_modules_and_functions_stay_short():
+    """The ratchets on length: at most ``MAX_LONG_MODULES`` modules over
+    ``MAX_MODULE_LINES`` lines and ``MAX_LONG_FUNCTIONS`` functions over
+    ``MAX_FUNCTION_LINES``; a failure lists them all."""
+    long_modules, long_functions = _long_modules(), _long_functions()
+    assert len(long_modules) <= MAX_LONG_MODULES, (
+        f"{len(long_modules)} modules over {MAX_MODULE_LINES} lines (at most "
+        f"{MAX_LONG_MODULES}): {long_modules}"
     )
+    assert len(long_functions) <= MAX_LONG_FUNCTIONS, (
+        f"{len(long_functions)} functions over {MAX_FUNCTION_LINES} lines (at most "
+        f"{MAX_LONG_FUNCTIONS}): {long_functions}"
+    )
+
+
+def test_the_length_ratchets_fail_with_the_offenders(monkeypatch):
+    """The wrong versions: with the caps at 0 the check fails, naming a long module and
+    a long function (with its length) of today's code."""
+    modules, functions = _long_modules(), _long_functions()
+    assert modules and functions, "no module or function over the line caps to test with"
+    monkeypatch.setitem(globals(), "MAX_LONG_MODULES", 0)
+    _fails(test_modules_and_functions_stay_short, "modules over", modules[0])
+    monkeypatch.setitem(globals(), "MAX_LONG_MODULES", len(modules))
+    monkeypatch.setitem(globals(), "MAX_LONG_FUNCTIONS", 0)
+    _fails(test_modules_and_functions_stay_short, "functions over", functions[0])
 
 
 def _package(module: str) -> str:
@@ -381,8 +415,9 @@ def test_the_public_name_check_fails_on_private_and_unlisted_names():
 
 def test_duplicates_stay_few():
     """``duplicates --repo rankflow`` (the tool library's, 6 lines): at most
-    ``MAX_DUPLICATE_PAIRS`` pairs. Skipped where the tool is not installed (CI machines
-    of another kind)."""
+    ``MAX_DUPLICATE_PAIRS`` pairs (a ratchet), a failure showing the tool's rows (each
+    pair, most shared first). Skipped where the tool is not installed (CI machines of
+    another kind)."""
     import shutil
     import subprocess
 
@@ -392,8 +427,10 @@ def test_duplicates_stay_few():
 
         pytest.skip("the duplicates tool is not on this machine")
     out = subprocess.run(
-        [tool, "--repo", str(PKG), "--seconds", "60"], capture_output=True, text=True
+        [tool, "--repo", str(PKG), "--seconds", "60", "--most", "100"],
+        capture_output=True,
+        text=True,
     ).stdout
     first = out.splitlines()[0] if out else ""
     pairs = 0 if first.startswith("no duplicates") else int(first.split()[0])
-    assert pairs <= MAX_DUPLICATE_PAIRS, out
+    assert pairs <= MAX_DUPLICATE_PAIRS, f"at most {MAX_DUPLICATE_PAIRS} pairs:\n{out}"
