@@ -30,6 +30,7 @@ from ..config.fields import BOOL, INT, LIST, NUM, STR, ConfigError, Field, choic
 from ..config.schema import Schema
 from ..core.vocabulary import MAX_STEPS, schedule_error
 from ..numerics import solve as solve_lib
+from ..numerics.schedules import schedule_fields
 
 __all__ = [
     "ALL_KEYS",
@@ -67,6 +68,7 @@ OPTIMIZERS = ("sgd", "momentum", "adamw")
 KINDS = OPTIMIZERS + ("gradient_flow",)
 # Gradient flow steps adaptively: the ODE solvers with an error estimate.
 METHODS = solve_lib.methods(solve_lib.solves_odes, solve_lib.has_error_estimate)
+SOLVER = solve_lib.SECTION_DEFAULTS  # the solver's defaults, numerics' own
 DEFAULT_DECAY = ["qk", "vo", "mlp", "embed"]
 
 # Learning-rate multipliers per group and per attention factor (default 1).
@@ -190,7 +192,7 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "batch": Field(
             INT, 32, "sequences per minibatch (gradient flow: of the fixed full batch)", ge(1)
         ),
-        **schema_lib.schedule_fields("save.t1"),
+        **schedule_fields("save.t1"),
     },
     "train": {
         "eval_every": Field(INT, 50, "steps between saves (observables and losses)", ge(1)),
@@ -259,11 +261,16 @@ SECTIONS: dict[str, dict[str, Field]] = {
         ),
     },
     "solver": {
-        "method": Field(STR, "tsit5", "gradient flow: adaptive diffrax solver", choice(METHODS)),
-        **schema_lib.solver_fields("gradient flow"),
-        "max_steps": Field(INT, 100_000, "gradient flow: solver step budget", ge(1)),
+        "method": Field(
+            STR, SOLVER["method"], "gradient flow: adaptive diffrax solver", choice(METHODS)
+        ),
+        **solve_lib.solver_fields("gradient flow"),
+        "max_steps": Field(INT, SOLVER["max_steps"], "gradient flow: solver step budget", ge(1)),
         "diverge_norm": Field(
-            NUM, 1e6, "a run with a parameter entry beyond this is marked diverged", gt(0)
+            NUM,
+            solve_lib.DIVERGE_NORM,
+            "a run with a parameter entry beyond this is marked diverged",
+            gt(0),
         ),
     },
 }

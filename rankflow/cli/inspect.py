@@ -29,86 +29,8 @@ def add_parser(sub) -> None:
         "and heads.csv (the table), grams.parquet, summary.md, scatter.png, layers.png, and "
         "inspect.json last.",
     )
-    parser.add_argument(
-        "path",
-        metavar="PATH",
-        nargs="+",
-        help="checkpoint file, index or folder, a .zip of one model folder, or a Hugging Face "
-        "repo id org/name[@revision] (from the local cache; offline with HF_HUB_OFFLINE=1); "
-        "several PATHs (or a folder of revisions step1000/…, or a text list file of "
-        "`STEP PATH` lines): a series",
-    )
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument(
-        "--arch",
-        choices=("auto", "bert", "gpt2", "gpt_neox", "llama", "vit"),
-        default="auto",
-        help="tensor naming and layout (default: %(default)s: config.json's model_type, "
-        "else the tensor names)",
-    )
-    parser.add_argument(
-        "--layers",
-        nargs="+",
-        metavar="L",
-        help="layers to inspect, e.g. --layers 0 3 5-7 -1 or --layers 0,3 (default: all)",
-    )
-    parser.add_argument(
-        "--heads",
-        type=int,
-        metavar="N",
-        help="number of query heads, overriding config.json (needed without it unless the "
-        "family's usual head dimension is right)",
-    )
-    parser.add_argument(
-        "--scatter",
-        nargs="+",
-        metavar="LAYER:HEAD",
-        help="heads for the Gram scatter figure (default: head 0 of the first, middle and "
-        "last inspected layers)",
-    )
-    parser.add_argument(
-        "--rank-tol",
-        type=float,
-        default=1e-3,
-        metavar="TOL",
-        help="numerical rank counts singular values > TOL·s_1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--spectra",
-        action="store_true",
-        help="also write spectra.parquet/.csv (per head W_QK, W_OV; per layer W_Q, W_K, W_V, "
-        "W_O: stable_rank, Marchenko–Pastur edge, num_spikes, mp_softrank, alpha, shuffled "
-        "null), spectra_sv.parquet and spectra.png",
-    )
-    series = parser.add_argument_group(
-        "checkpoint series",
-        "the decay of each head's gap against the training step, fitted per head and per "
-        "layer; with --lam and a learning rate, beside T5's prediction Π(1 − η_kλ)² "
-        "(GD/SGD; an observation for other optimizers) and gradient flow's e^{−2λ∫η}",
-    )
-    series.add_argument(
-        "--steps", nargs="+", type=int, metavar="S", help="training step of each PATH"
-    )
-    series.add_argument(
-        "--revision",
-        nargs="+",
-        metavar="REV",
-        help="revision(s) of the repo id PATH (branch, tag or commit, e.g. step1000); "
-        "several: a series, steps from their names unless --steps",
-    )
-    series.add_argument("--lr", type=float, metavar="ETA", help="constant learning rate η")
-    series.add_argument(
-        "--lr-schedule",
-        metavar="FILE",
-        help="learning rate per step: CSV/TSV with columns step and lr (or a parquet "
-        "table), interpolated linearly between rows, covering the checkpoints' steps",
-    )
-    series.add_argument("--lam", type=float, metavar="LAM", help="weight decay λ")
-    series.add_argument(
-        "--statistic",
-        default="balance_gap_rel",
-        help="the gap column fitted (default: %(default)s; rotary_gap_rel for rotary models)",
-    )
+    _add_checkpoint_options(parser)
+    _add_series_options(parser)
     parser.add_argument("--no-figures", action="store_true", help="write tables only")
     parser.add_argument("--quiet", action="store_true", help="no summary, no progress bar")
 
@@ -192,3 +114,92 @@ def _series(args: argparse.Namespace) -> int:
         print(res.summary)
     print(f"{len(res.steps)} checkpoints in {time.perf_counter() - t0:.1f} s → {args.out}")
     return 0
+
+
+def _add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """PATH, ``--out`` and what to read and measure of each checkpoint."""
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="+",
+        help="checkpoint file, index or folder, a .zip of one model folder, or a Hugging Face "
+        "repo id org/name[@revision] (from the local cache; offline with HF_HUB_OFFLINE=1); "
+        "several PATHs (or a folder of revisions step1000/…, or a text list file of "
+        "`STEP PATH` lines): a series",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument(
+        "--arch",
+        choices=("auto", "bert", "gpt2", "gpt_neox", "llama", "vit"),
+        default="auto",
+        help="tensor naming and layout (default: %(default)s: config.json's model_type, "
+        "else the tensor names)",
+    )
+    parser.add_argument(
+        "--layers",
+        nargs="+",
+        metavar="L",
+        help="layers to inspect, e.g. --layers 0 3 5-7 -1 or --layers 0,3 (default: all)",
+    )
+    parser.add_argument(
+        "--heads",
+        type=int,
+        metavar="N",
+        help="number of query heads, overriding config.json (needed without it unless the "
+        "family's usual head dimension is right)",
+    )
+    parser.add_argument(
+        "--scatter",
+        nargs="+",
+        metavar="LAYER:HEAD",
+        help="heads for the Gram scatter figure (default: head 0 of the first, middle and "
+        "last inspected layers)",
+    )
+    parser.add_argument(
+        "--rank-tol",
+        type=float,
+        default=1e-3,
+        metavar="TOL",
+        help="numerical rank counts singular values > TOL·s_1 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spectra",
+        action="store_true",
+        help="also write spectra.parquet/.csv (per head W_QK, W_OV; per layer W_Q, W_K, W_V, "
+        "W_O: stable_rank, Marchenko–Pastur edge, num_spikes, mp_softrank, alpha, shuffled "
+        "null), spectra_sv.parquet and spectra.png",
+    )
+
+
+def _add_series_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a checkpoint series: its steps or revisions, and the learning rate
+    and weight decay of the prediction its rates are set beside."""
+    series = parser.add_argument_group(
+        "checkpoint series",
+        "the decay of each head's gap against the training step, fitted per head and per "
+        "layer; with --lam and a learning rate, beside T5's prediction Π(1 − η_kλ)² "
+        "(GD/SGD; an observation for other optimizers) and gradient flow's e^{−2λ∫η}",
+    )
+    series.add_argument(
+        "--steps", nargs="+", type=int, metavar="S", help="training step of each PATH"
+    )
+    series.add_argument(
+        "--revision",
+        nargs="+",
+        metavar="REV",
+        help="revision(s) of the repo id PATH (branch, tag or commit, e.g. step1000); "
+        "several: a series, steps from their names unless --steps",
+    )
+    series.add_argument("--lr", type=float, metavar="ETA", help="constant learning rate η")
+    series.add_argument(
+        "--lr-schedule",
+        metavar="FILE",
+        help="learning rate per step: CSV/TSV with columns step and lr (or a parquet "
+        "table), interpolated linearly between rows, covering the checkpoints' steps",
+    )
+    series.add_argument("--lam", type=float, metavar="LAM", help="weight decay λ")
+    series.add_argument(
+        "--statistic",
+        default="balance_gap_rel",
+        help="the gap column fitted (default: %(default)s; rotary_gap_rel for rotary models)",
+    )

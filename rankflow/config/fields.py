@@ -68,14 +68,6 @@ __all__ = [
 ]
 
 
-# The coefficients of adaptive solves' PID step-size controller (solver.pcoeff, .icoeff,
-# .dcoeff; diffrax's PIDController): diffrax's integral-only default.
-PID_DEFAULTS = {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
-
-# Learning-rate schedules η(t) = η·s(t) of every optimizer and flow (rankflow.numerics.schedules).
-SCHEDULES = ("constant", "warmup_cosine", "linear")
-
-
 class ConfigError(ValueError):
     """A config value is missing, unknown, of the wrong type or out of range.
 
@@ -182,45 +174,6 @@ def top_fields(seed_help: str) -> dict[str, Field]:
         "seed": Field(INT, 0, seed_help, seed_range, traced=True),
         "x64": Field(BOOL, False, "float64 throughout (theory checks); float32 otherwise"),
         "name": Field(STR, "", "free-form experiment name, copied to config.json"),
-    }
-
-
-def solver_fields(scope: str) -> dict[str, Field]:
-    """The adaptive solver's keys of every family's ``solver`` section: tolerances and the
-    PID step-size controller (diffrax's ``PIDController``); ``scope`` says which runs
-    they apply to."""
-    return {
-        "rtol": Field(NUM, 1e-6, f"{scope}: relative tolerance", gt(0)),
-        "atol": Field(NUM, 1e-8, f"{scope}: absolute tolerance", gt(0)),
-        "pcoeff": Field(
-            NUM, PID_DEFAULTS["pcoeff"], f"{scope}: PID step-size controller's P", ge(0)
-        ),
-        "icoeff": Field(NUM, PID_DEFAULTS["icoeff"], f"{scope}: its I coefficient", gt(0)),
-        "dcoeff": Field(NUM, PID_DEFAULTS["dcoeff"], f"{scope}: its D coefficient", ge(0)),
-    }
-
-
-def schedule_fields(t1: str) -> dict[str, Field]:
-    """The learning-rate schedule's keys of every family (``rankflow.numerics.schedules``); ``t1``
-    names the key of the run's final time."""
-    return {
-        "schedule": Field(
-            STR,
-            "constant",
-            "learning-rate schedule η(t) = η·s(t) of optimizers and flows alike: constant, "
-            f"warmup_cosine (linear warmup from 0, then cosine to final_fraction·η at {t1}), "
-            "linear (the same warmup, then a straight line); step k uses η(k)",
-            choice(SCHEDULES),
-        ),
-        "warmup": Field(
-            NUM, None, f"warmup steps w of a schedule (default 0), in [0, {t1}]", optional=True
-        ),
-        "final_fraction": Field(
-            NUM,
-            None,
-            f"a schedule's η at {t1} over the peak η, in [0, 1] (default 0)",
-            optional=True,
-        ),
     }
 
 

@@ -42,6 +42,9 @@ from ..config.fields import (
     seed_range,
 )
 from ..config.schema import Schema
+from ..numerics.schedules import schedule_fields
+from ..numerics.solve import DIVERGE_NORM, solver_fields
+from ..numerics.solve import SECTION_DEFAULTS as SOLVER
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
 from .problems import PROBLEMS, RegisteredKinds, problem_class, problem_section
 from .vocabulary import (
@@ -176,7 +179,7 @@ SECTIONS: dict[str, dict[str, Field]] = {
             optional=True,
         ),
         "paths": Field(INT, 1, "Monte Carlo paths (stochastic dynamics)", ge(1)),
-        **schema_lib.schedule_fields("save.t1"),
+        **schedule_fields("save.t1"),
     },
     "solver": {
         "method": Field(
@@ -194,12 +197,15 @@ SECTIONS: dict[str, dict[str, Field]] = {
             optional=True,
         ),
         "dt": Field(
-            NUM, 1.0, "step of fixed-step solves (adaptive solves choose their own)", gt(0)
+            NUM, SOLVER["dt"], "step of fixed-step solves (adaptive solves choose their own)", gt(0)
         ),
-        **schema_lib.solver_fields("adaptive"),
-        "max_steps": Field(INT, 100_000, "step budget of one solve", ge(1)),
+        **solver_fields("adaptive"),
+        "max_steps": Field(INT, SOLVER["max_steps"], "step budget of one solve", ge(1)),
         "diverge_norm": Field(
-            NUM, 1e6, "a run whose max |entry| of A or B exceeds this is marked diverged", gt(0)
+            NUM,
+            DIVERGE_NORM,
+            "a run whose max |entry| of A or B exceeds this is marked diverged",
+            gt(0),
         ),
     },
     "save": {

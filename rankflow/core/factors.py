@@ -22,7 +22,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ..numerics import linalg
 from ..theory import depth_balances
 from ..theory import product as factors_product
-from .observables import rank_columns
+from .observables import loss_columns, rank_columns
 
 __all__ = [
     "chain",
@@ -194,16 +194,10 @@ def depth_observables(
     l2_penalty = 0.5 * sum(jnp.sum(Wj**2) for Wj in factors)
     keep = s > top * max(W.shape) * jnp.finfo(s.dtype).eps
     schatten = 0.5 * depth * jnp.sum(jnp.where(keep, jnp.where(keep, s, 1.0) ** (2.0 / depth), 0.0))
-    nuclear = jnp.sum(s)
-    out = {
-        "loss": loss,
-        "l2_loss": loss + lam * l2_penalty,
+    out = loss_columns(loss, lam, l2_penalty, jnp.sum(s)) | {
         "schatten_loss": loss + lam * schatten,
-        "star_loss": loss + lam * nuclear,
-        "l2_penalty": l2_penalty,
         "schatten_penalty": schatten,
         "schatten_gap": l2_penalty - schatten,
-        "nuclear_norm": nuclear,
     }
     for j, D in enumerate(depth_balances(factors), 1):
         out[f"balance_gap_{j}"] = jnp.sqrt(jnp.sum(D**2))

@@ -23,6 +23,8 @@ __all__ = [
     "singular_values",
 ]
 
+Scalar = Float[Array, ""]  # a 0-d array: a loss, λ
+
 # Scalar columns, in table order; ``sv_1 … sv_k`` follow them.
 OBSERVABLES = (
     "loss",
@@ -59,11 +61,7 @@ def singular_values(A: Float[Array, "m r"], B: Float[Array, "n r"]) -> Float[Arr
 
 
 def observables(
-    A: Float[Array, "m r"],
-    B: Float[Array, "n r"],
-    loss: Float[Array, ""],
-    lam: Float[Array, ""],
-    rank_tol: float,
+    A: Float[Array, "m r"], B: Float[Array, "n r"], loss: Scalar, lam: Scalar, rank_tol: float
 ) -> dict[str, Array]:
     """Every column of docs/theory.md's observables table, plus ``balance_nuclear``
     (``‖AᵀA − BᵀB‖_*``, so that the T2 bound ``½·balance_nuclear`` can be drawn) and
@@ -82,11 +80,7 @@ def observables(
     gap = jnp.sqrt(jnp.sum(D**2))
     scale = 0.5 * (jnp.sqrt(jnp.sum(gram_a**2)) + jnp.sqrt(jnp.sum(gram_b**2)))
     return {
-        "loss": loss,
-        "l2_loss": loss + lam * l2_penalty,
-        "star_loss": loss + lam * nuclear,
-        "l2_penalty": l2_penalty,
-        "nuclear_norm": nuclear,
+        **loss_columns(loss, lam, l2_penalty, nuclear),
         "frob_minus_nuc": l2_penalty - nuclear,
         "balance_gap": gap,
         "balance_trace": jnp.sum(A**2) - jnp.sum(B**2),
@@ -96,7 +90,22 @@ def observables(
     }
 
 
-def _stable_rank(s: Float[Array, " k"], top: Float[Array, ""]) -> Float[Array, ""]:
+def loss_columns(
+    loss: Scalar, lam: Scalar, l2_penalty: Scalar, nuclear: Scalar
+) -> dict[str, Array]:
+    """The loss columns of every depth: ``loss`` (the data loss), ``l2_loss`` = loss +
+    λ·l2_penalty (the objective), ``star_loss`` = loss + λ·‖W‖_* (the nuclear-norm
+    objective), ``l2_penalty`` = ½Σ‖W_j‖_F² and ``nuclear_norm`` = ‖W‖_*."""
+    return {
+        "loss": loss,
+        "l2_loss": loss + lam * l2_penalty,
+        "star_loss": loss + lam * nuclear,
+        "l2_penalty": l2_penalty,
+        "nuclear_norm": nuclear,
+    }
+
+
+def _stable_rank(s: Float[Array, " k"], top: Scalar) -> Scalar:
     """Σs²/s_1², 0 for a zero matrix. Where s_1² underflows (a float32 product decayed
     to ~1e-20: attention heads at λ = 10 did) the ratio is taken of s/s_1 instead; it
     was 0/0 = NaN there, and NaN marks a run diverged. Elsewhere the expression is the

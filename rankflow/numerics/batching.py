@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .solve import PID_FIELDS, Saved, setup, solve
+from .solve import PID_FIELDS, SECTION_DEFAULTS, Saved, setup, solve
 
 __all__ = [
     "Choice",
@@ -106,7 +106,7 @@ def stacked_ode(
     rtol: float,
     atol: float,
     ts: np.ndarray | None = None,
-    max_steps: int = 100_000,
+    max_steps: int = SECTION_DEFAULTS["max_steps"],
     **controller_kwargs,
 ) -> Saved:
     """Solve the ODEs ``dy/dt = field(t, y, args)`` of a batch of runs (``y0`` and

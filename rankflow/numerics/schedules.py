@@ -29,12 +29,19 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..config.fields import SCHEDULES
+from ..config.fields import NUM, STR, Field, choice
 
 Scalar = Float[Array, ""]
 
+# Learning-rate schedules η(t) = η·s(t) of every optimizer and flow.
+SCHEDULES = ("constant", "warmup_cosine", "linear")
+# A config section's schedule where it leaves the keys out (warmup and final_fraction
+# are None there, read as these by schedule_of): the one place of the defaults.
+SCHEDULE_DEFAULTS = {"schedule": "constant", "warmup": 0.0, "final_fraction": 0.0}
+
 __all__ = [
     "SCHEDULES",
+    "SCHEDULE_DEFAULTS",
     "Schedule",
     "eta_at",
     "eta_integral",
@@ -42,6 +49,7 @@ __all__ = [
     "learning_rate",
     "schedule_columns",
     "schedule_factor",
+    "schedule_fields",
     "schedule_integral",
     "schedule_of",
     "unit_clock",
@@ -63,17 +71,50 @@ class Schedule(NamedTuple):
 
 
 def schedule_of(
-    section: Mapping[str, Any], t1: float, final_fraction_default: float = 0.0
+    section: Mapping[str, Any],
+    t1: float,
+    final_fraction_default: float = SCHEDULE_DEFAULTS["final_fraction"],
 ) -> Schedule:
     """The :class:`Schedule` of a config section holding ``schedule``, ``warmup`` and
-    ``final_fraction`` (None: 0 warmup, ``final_fraction_default``), ending at ``t1``."""
-    f = section["final_fraction"]
+    ``final_fraction`` (None: :data:`SCHEDULE_DEFAULTS`' warmup, ``final_fraction_default``),
+    ending at ``t1``."""
+    w, f = section["warmup"], section["final_fraction"]
     return Schedule(
         section["schedule"],
-        float(section["warmup"] or 0),
+        float(SCHEDULE_DEFAULTS["warmup"] if w is None else w),
         float(final_fraction_default if f is None else f),
         float(t1),
     )
+
+
+def schedule_fields(t1: str) -> dict[str, Field]:
+    """The learning-rate schedule's keys of every family's config (``dynamics.schedule``,
+    ``.warmup``, ``.final_fraction``), defaults from :data:`SCHEDULE_DEFAULTS` (warmup and
+    final_fraction None in the config, read as those by :func:`schedule_of`); ``t1``
+    names the key of the run's final time."""
+    d = SCHEDULE_DEFAULTS
+    return {
+        "schedule": Field(
+            STR,
+            d["schedule"],
+            "learning-rate schedule η(t) = η·s(t) of optimizers and flows alike: constant, "
+            f"warmup_cosine (linear warmup from 0, then cosine to final_fraction·η at {t1}), "
+            "linear (the same warmup, then a straight line); step k uses η(k)",
+            choice(SCHEDULES),
+        ),
+        "warmup": Field(
+            NUM,
+            None,
+            f"warmup steps w of a schedule (default {d['warmup']:g}), in [0, {t1}]",
+            optional=True,
+        ),
+        "final_fraction": Field(
+            NUM,
+            None,
+            f"a schedule's η at {t1} over the peak η, in [0, 1] (default {d['final_fraction']:g})",
+            optional=True,
+        ),
+    }
 
 
 def _decay_phase(t, sch: Schedule):

@@ -27,8 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 from diffrax import AbstractERK, ButcherTableau, ThirdOrderHermitePolynomialInterpolation
 
+from ..config.fields import NUM, Field, ge, gt
+
 __all__ = [
+    "DIVERGE_NORM",
+    "PID_DEFAULTS",
     "RK4",
+    "SECTION_DEFAULTS",
     "SOLVERS",
     "Saved",
     "Setup",
@@ -41,6 +46,7 @@ __all__ = [
     "methods",
     "setup",
     "solve",
+    "solver_fields",
     "solves_odes",
     "solves_sdes",
 ]
@@ -219,7 +225,9 @@ class Setup:
         return diffrax.MultiTerm(ode, diffusion(self.brownian))
 
 
-# The [solver] keys setup reads, and their values where a section leaves them out.
+# The [solver] keys setup reads, and their values where a section leaves them out: the
+# one place of the solver's defaults, which the families' config schemas take (their
+# solver sections, and :func:`solver_fields`).
 SECTION_DEFAULTS: dict[str, Any] = {
     "method": "tsit5",
     "adaptive": True,
@@ -229,9 +237,30 @@ SECTION_DEFAULTS: dict[str, Any] = {
     "max_steps": 100_000,
     "diverge_norm": None,
 }
+# The families' default solver.diverge_norm: a run with an entry beyond it is diverged
+# (setup alone, without the key, watches nothing).
+DIVERGE_NORM = 1e6
+# The coefficients of adaptive solves' PID step-size controller (solver.pcoeff, .icoeff,
+# .dcoeff; diffrax's PIDController): diffrax's integral-only default.
+PID_DEFAULTS = {"pcoeff": 0.0, "icoeff": 1.0, "dcoeff": 0.0}
 # Section keys named like diffrax's PID controller's fields (rtol, atol, pcoeff, icoeff,
 # dcoeff, norm, …) go to it.
 PID_FIELDS = frozenset(f.name for f in dataclasses.fields(diffrax.PIDController))
+
+
+def solver_fields(scope: str) -> dict[str, Field]:
+    """The adaptive solver's keys of every family's ``solver`` section: tolerances and the
+    PID step-size controller (diffrax's ``PIDController``), defaults from
+    :data:`SECTION_DEFAULTS` and :data:`PID_DEFAULTS`; ``scope`` says which runs they
+    apply to."""
+    d, pid = SECTION_DEFAULTS, PID_DEFAULTS
+    return {
+        "rtol": Field(NUM, d["rtol"], f"{scope}: relative tolerance", gt(0)),
+        "atol": Field(NUM, d["atol"], f"{scope}: absolute tolerance", gt(0)),
+        "pcoeff": Field(NUM, pid["pcoeff"], f"{scope}: PID step-size controller's P", ge(0)),
+        "icoeff": Field(NUM, pid["icoeff"], f"{scope}: its I coefficient", gt(0)),
+        "dcoeff": Field(NUM, pid["dcoeff"], f"{scope}: its D coefficient", ge(0)),
+    }
 
 
 def setup(

@@ -10,14 +10,24 @@ every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
 ``inspect_series`` (checkpoint series), ``attention``, ``rebuttal`` (the rebuttal
-experiments), ``reproduce``, ``noise`` and ``optimizers`` (the figures of ``rankflow
-reproduce`` the others do not draw; ``balancing`` draws its balancing claims' figure);
+experiments), ``reproduce``, ``depth``, ``noise`` and ``optimizers`` (the figures of
+``rankflow reproduce`` the others do not draw; ``balancing`` draws its balancing claims' figure);
 ``balance_panels`` holds the balance figure's predictions and panel labels, ``finish`` the
 finish of a ``reproduce`` figure (no labels on minor log ticks); ``common`` holds axis
 text, colours, medians over runs and :func:`save_figure`.
 """
 
-from . import attention, core, inspect, inspect_series, noise, rebuttal, reproduce
+from . import (
+    attention,
+    core,
+    depth,
+    inspect,
+    inspect_series,
+    noise,
+    optimizers,
+    rebuttal,
+    reproduce,
+)
 from .attention import attention_ablation_figure as attention_ablation_figure
 from .attention import attention_balance_figure as attention_balance_figure
 from .attention import attention_rank_figure as attention_rank_figure
@@ -40,6 +50,7 @@ from .inspect_series import series_gap_figure as series_gap_figure
 from .inspect_series import series_rate_figure as series_rate_figure
 from .noise import noise_models_figure as noise_models_figure
 from .optimizers import optimizers_figure as optimizers_figure
+from .rebuttal import experiment_figure as experiment_figure
 from .rebuttal import rebuttal_figure as rebuttal_figure
 from .reproduce import attention_nuclear_gap_figure as attention_nuclear_gap_figure
 from .reproduce import balancing_figure as balancing_figure
@@ -65,9 +76,11 @@ __all__ = [
 __all__ += (
     attention.__all__
     + core.__all__
+    + depth.__all__
     + inspect.__all__
     + inspect_series.__all__
     + noise.__all__
+    + optimizers.__all__
     + rebuttal.__all__
     + reproduce.__all__
 )

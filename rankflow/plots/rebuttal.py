@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .common import palette, save_figure
 
-__all__ = ["rebuttal_figure"]
+__all__ = ["experiment_figure", "rebuttal_figure"]
 
 _VALUE_LABELS = {
     "val_loss": "validation loss (nats per character)",

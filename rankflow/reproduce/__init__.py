@@ -197,7 +197,7 @@ def _replacing(out: Path) -> Iterator[None]:
 
 def _reproduce(out, mode, names, only, checkpoint, quiet, command) -> Result:
     """The body of :func:`reproduce`, under its claim on ``out``."""
-    from ..engine.store import provenance
+    from ..engine.provenance import provenance
 
     ctx = Context(out=out, mode=mode, checkpoint=None if checkpoint is None else str(checkpoint))
     seconds: dict[str, float] = {}

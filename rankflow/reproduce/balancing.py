@@ -160,11 +160,18 @@ def gradient_flow_claim(r: pd.DataFrame) -> Claim:
     )
 
 
+def in_gd_bracket(r: pd.DataFrame) -> tuple[pd.Series, int]:
+    """Of :func:`rates`' rows: which have ``rate_over_2etalam`` inside GD's bracket widened
+    by ``fit_error``, and at how many the gradient-flow ratio 1 lies below it."""
+    ratio, err = r["rate_over_2etalam"], r["fit_error"]
+    inside = (ratio >= r["gd_low"] - err) & (ratio <= r["gd_high"] + err)
+    return inside, int((r["gd_low"] - err > 1).sum())
+
+
 def gd_claim(r: pd.DataFrame) -> Claim:
     gd = r[r["dynamics.kind"] == "gd"]
     ratio, err = gd["rate_over_2etalam"], gd["fit_error"]
-    inside = (ratio >= gd["gd_low"] - err) & (ratio <= gd["gd_high"] + err)
-    gf_out = int((gd["gd_low"] - err > 1).sum())
+    inside, gf_out = in_gd_bracket(gd)
     return Claim(
         experiment=NAME,
         name="balancing.gd",

@@ -71,16 +71,13 @@ def l2_meets_nuclear_claim(df: pd.DataFrame) -> Claim:
 
 def balancing_rate_claim(df: pd.DataFrame, r: pd.DataFrame) -> Claim:
     err = r["fit_error"]
-    inside = (r["rate_over_2etalam"] >= r["gd_low"] - err) & (
-        r["rate_over_2etalam"] <= r["gd_high"] + err
-    )
+    inside, gf_out = balancing.in_gd_bracket(r)
     worst = r.loc[(r["rate_over_2etalam"] - 1).abs().idxmax()]
     final = final_rows(df)
     zero = final[final["dynamics.lam"] == 0].sort_values("run_id")
     start = df[(df["t"] == 0) & (df["dynamics.lam"] == 0)].sort_values("run_id")["balance_gap"]
     kept = float((zero["balance_gap"].to_numpy() / start.to_numpy()).min()) if len(zero) else np.nan
     eta = float(r["dynamics.eta"].iloc[0]) if len(r) else np.nan
-    gf_out = int((r["gd_low"] - err > 1).sum())
     return Claim(
         experiment=NAME,
         name="toy.balancing_rate",

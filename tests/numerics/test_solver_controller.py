@@ -13,9 +13,9 @@ import pytest
 
 import rankflow
 from rankflow import cli
-from rankflow.config.fields import PID_DEFAULTS
 from rankflow.core import config as C
 from rankflow.engine import TRACE_COUNTS, programs
+from rankflow.numerics.solve import PID_DEFAULTS
 
 
 def flow_config(lams=(0.0, 0.05), num=4, **solver) -> dict:
