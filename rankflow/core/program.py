@@ -38,9 +38,9 @@ from ..numerics.schedules import kinks, schedule_columns, schedule_of, unit_cloc
 from ..numerics.solve import max_abs
 from . import config as config_lib
 from . import vocabulary
+from .dynamics.vector_fields import drift_field, factor_grads, factors_of, initial_state, noise_term
 from .factors import depth_observable_names, depth_observables, init_depth_factors, inner_widths
 from .factors import product as product_of
-from .dynamics.vector_fields import drift_field, factor_grads, factors_of, initial_state, noise_term
 from .observables import OBSERVABLES, num_singular_values, observables
 from .optimizers import iterate, make_optimizer
 from .problems import Problem, draw_minibatch, init_factors, make_problem

@@ -141,8 +141,9 @@ def _sqrt_eta_noise(monkeypatch):
 
 def _patch_spread(monkeypatch, spread) -> None:
     """``minibatch_spread`` replaced by ``spread(right, samples, batch)`` wherever rankflow
-    reads it: ``core.dynamics.vector_fields`` (the SME's ``noise_term`` looks it up there at each build)
-    and every module that imported it by name (``reproduce.noise``, for its figure's σ)."""
+    reads it: ``core.dynamics.vector_fields`` (the SME's ``noise_term`` looks it up there
+    at each build) and every module that imported it by name (``reproduce.noise``, for its
+    figure's σ)."""
     right = rankflow.core.dynamics.vector_fields.minibatch_spread
     for mod in list(sys.modules.values()):
         name = getattr(mod, "__name__", "") or ""

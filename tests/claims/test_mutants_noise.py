@@ -16,8 +16,8 @@ import pytest
 
 from rankflow import theory
 from rankflow.core import config as config_lib
-from rankflow.core.dynamics import vector_fields as flows_lib
 from rankflow.core import program as simulate
+from rankflow.core.dynamics import vector_fields as flows_lib
 from rankflow.engine import programs
 from rankflow.reproduce import noise
 from rankflow.reproduce._common import config_path
