@@ -13,6 +13,22 @@ vector field (:meth:`~DynamicsKind.drift`), its balance law for ``track``/``fit`
 (:meth:`~DynamicsKind.zero_loss_decay`, or the reason there is no closed form in
 ``no_closed_decay``). Registration refuses capabilities that contradict one another.
 
+A new optimizer is one class (here heavy-ball momentum, optax.trace, with decoupled decay; its
+zero-loss decay GD's since its momentum stays 0)::
+
+    @register_dynamics
+    class HeavyBall(DiscreteKind):
+        name = "heavy_ball"
+        momentum = True
+        zero_loss_decay = staticmethod(laws.gd_decay)
+
+        def optimizer(self, learning_rate, hyper, key):
+            return optax.chain(
+                optax.trace(decay=1.0 - hyper["mu"]),
+                optax.add_decayed_weights(hyper["lam"]),
+                optax.scale_by_learning_rate(learning_rate),
+            )
+
 Every list of kinds (``dynamics.kind``'s allowed values, the tuples of
 :mod:`rankflow.core.vocabulary`) is read from the registry when used
 (:class:`KindNames`, :class:`KindMap`), so a kind registered later is in them.
