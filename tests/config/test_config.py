@@ -157,7 +157,7 @@ _NOISY = "stochastic_flow, stochastic_momentum_flow, sgd_gaussian"
             "dynamics.batch",
             "≤ problem.samples = 20",
         ),
-        ({"dynamics": {"kind": "sgd"}}, "dynamics.kind", "sensing, completion or regression"),
+        ({"dynamics": {"kind": "sgd"}}, "dynamics.kind", "sensing, completion, regression or codiagonal"),
         ({"dynamics": {"paths": 0}}, "dynamics.paths", "≥ 1"),
         (
             {"dynamics": {"kind": "gd", "paths": 4}},
