@@ -1,6 +1,8 @@
 """Parameter groups and optax optimizers with weight decay per group.
 
-Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η))`` with
+Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η))``, its
+``direction`` the core family's kind's of the same name
+(:meth:`rankflow.core.dynamics.discrete.DiscreteKind.direction`), with
 ``decay_g = optax.add_decayed_weights(λ_g, mask=group g)``, so a step is
 ``θ ← θ − η(u + λ_g θ)`` on decayed groups and ``θ ← θ − ηu`` elsewhere, with ``u``:
 
@@ -25,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import jax
 import optax
 
+from ..core.dynamics import DYNAMICS
 from ..numerics.schedules import Schedule, learning_rate
 from .config import FACTORS, GROUPS
 
@@ -127,14 +130,11 @@ def make_optimizer(
     """The optimizer ``kind`` (sgd, momentum, adamw) for parameters shaped like
     ``params``, with ``hyper`` holding traced ``eta``, ``mu``, ``lam_<group>`` and
     (optionally) the multipliers ``lr_<group>``, ``lr_<factor>``, decay on the groups
-    ``decay`` only and η following ``schedule``."""
-    if kind == "sgd":
-        direction = optax.identity()
-    elif kind == "momentum":
-        direction = optax.ema(1.0 - hyper["mu"], debias=False)
-    elif kind == "adamw":
-        direction = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
-    else:
+    ``decay`` only and η following ``schedule``. The direction ``u`` is the registered
+    dynamics kind's (ValueError for a kind without one)."""
+    dynamics = DYNAMICS.get(kind)
+    direction = dynamics and dynamics.direction(hyper, b1=b1, b2=b2, eps=eps)
+    if direction is None:
         raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
     decays = [
         optax.add_decayed_weights(hyper[f"lam_{g}"], mask=mask(params, g))

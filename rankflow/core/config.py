@@ -46,12 +46,12 @@ from ..numerics.schedules import schedule_fields
 from ..numerics.solve import DIVERGE_NORM, solver_fields
 from ..numerics.solve import SECTION_DEFAULTS as SOLVER
 from .depth_rules import MODEL_FIELDS, PAIRS_FIELD, validate_depth, warn_narrow
+from .dynamics import RegisteredDynamics, dynamics_of
 from .problems import PROBLEMS, RegisteredKinds, problem_class, problem_section
 from .vocabulary import (
     BATCH_PAD_RATIO,
     CONTINUOUS_DYNAMICS,
     DISCRETE_DYNAMICS,
-    DYNAMICS_KINDS,
     INIT_KINDS,
     MAX_STEPS,
     METHODS,
@@ -140,7 +140,7 @@ SECTIONS: dict[str, dict[str, Field]] = {
     },
     "dynamics": {
         "kind": Field(
-            STR, "gradient_flow", "continuous flow or discrete optimizer", one_of(DYNAMICS_KINDS)
+            STR, "gradient_flow", "continuous flow or discrete optimizer", RegisteredDynamics()
         ),
         "lam": Field(NUM, 0.05, "weight decay λ", ge(0), traced=True),
         "eta": Field(NUM, 0.5, "learning rate η (time is in steps)", gt(0), traced=True),
@@ -250,7 +250,7 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
     if d["sigma"] > 0 and kind not in SIGMA_DYNAMICS:
         why = (
             "its noise comes from minibatches (dynamics.batch)"
-            if kind == "sgd"
+            if dynamics_of(kind).minibatches
             else "it is deterministic"
         )
         raise ConfigError(
@@ -268,10 +268,10 @@ def _validate_dynamics(d: Mapping[str, Any], p: Mapping[str, Any]) -> None:
             f"(0, 1], got {d['mu']}"
         )
     _validate_noise(d)
-    if kind == "sgd":
+    if dynamics_of(kind).minibatches:
         if not p_has_samples(p):
             raise ConfigError(
-                f"dynamics.kind: sgd samples minibatches of data; problem.kind = "
+                f"dynamics.kind: {kind} samples minibatches of data; problem.kind = "
                 f"{p['kind']!r} has none (use {kinds_with_samples()}, or "
                 f"sgd_gaussian for Gaussian gradient noise)"
             )
@@ -394,7 +394,7 @@ def derive(cfg: dict[str, Any], pads: Mapping[int, int] | None = None) -> dict[s
     s["method"] = solver_method(d, s)
     s["adaptive"] = solver_adaptive(d, s)
     d["noise"] = noise_model(d)
-    if d["kind"] == "sgd":
+    if dynamics_of(d["kind"]).minibatches:
         pad = d["batch_pad"] if d["batch_pad"] is not None else (pads or {}).get(d["batch"], 0)
         d["batch_pad"] = min(max(d["batch"], pad), p["samples"])
     else:

@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..numerics.solve import setup, solve
 from . import vocabulary
+from .dynamics import dynamics_of
 from .dynamics.vector_fields import factors_of, initial_state
 from .program import PARAM_KEYS, params_of, program_for
 
@@ -78,7 +79,7 @@ def _compiled(key: str, dt: float, method: str, tol: float, n_steps: int, point_
     point = point_box.point
     program = program_for(point, save="states")
     kind, problem = point["dynamics"]["kind"], program.problem
-    if kind not in vocabulary.SDE_DYNAMICS:
+    if not dynamics_of(kind).sde:
         raise ValueError(f"dynamics.kind: convergence needs an SDE, got {kind!r}")
     field = program.drift()
 

@@ -1,5 +1,6 @@
-"""Discrete dynamics: optax optimizers matching docs/theory.md's table exactly, and
-:func:`iterate`, the one loop that runs an optimizer and saves observations.
+"""Discrete dynamics: optax optimizers matching docs/theory.md's table exactly (the steps
+of :mod:`rankflow.core.dynamics.discrete`'s kinds), and :func:`iterate`, the one loop that
+runs an optimizer and saves observations.
 
 Built inside the traced program, so learning rate, weight decay, σ and μ are traced
 values (one compilation serves a whole sweep of them). A learning rate is a number or a
@@ -21,6 +22,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from ..numerics.schedules import Schedule, learning_rate
 from ..numerics.solve import Saved
+from .dynamics.kind import DYNAMICS
 
 __all__ = [
     "add_gaussian_noise",
@@ -110,23 +112,12 @@ def make_optimizer(
     (``eta``, ``lam``, ``sigma``, ``mu``), noise key ``key`` and learning-rate
     ``schedule`` (the step from k to k + 1 uses η(k); constant by default): its learning
     rate is :func:`rankflow.numerics.schedules.learning_rate` of ``eta`` and ``schedule``,
-    a number or a function of the step, as in optax."""
-    lr = learning_rate(hyper["eta"], schedule)
-    lam, sigma, mu = hyper["lam"], hyper["sigma"], hyper["mu"]
-    if kind in ("gd", "sgd"):
-        return gd(lr, lam)
-    if kind == "sgd_gaussian":
-        return sgd_gaussian(lr, lam, sigma, key)
-    if kind == "momentum":
-        return momentum(lr, lam, mu)
-    if kind == "momentum_coupled":
-        return momentum_coupled(lr, lam, mu)
-    if kind == "adamw":
-        return optax.adamw(learning_rate=lr, weight_decay=lam)
-    if kind == "adam_l2":
-        # L2 in the loss: the decay passes through Adam's normalisation.
-        return optax.chain(optax.add_decayed_weights(lam), optax.adam(learning_rate=lr))
-    raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
+    a number or a function of the step, as in optax. The step is the registered kind's
+    (:meth:`rankflow.core.dynamics.kind.DynamicsKind.optimizer`; a ValueError for a
+    kind that is none or no discrete one)."""
+    if kind not in DYNAMICS:
+        raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
+    return DYNAMICS[kind].optimizer(learning_rate(hyper["eta"], schedule), hyper, key)
 
 
 def optimizer_step(opt: optax.GradientTransformation, grads: Callable) -> Callable:

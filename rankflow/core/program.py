@@ -38,6 +38,7 @@ from ..numerics.schedules import kinks, schedule_columns, schedule_of, unit_cloc
 from ..numerics.solve import max_abs
 from . import config as config_lib
 from . import vocabulary
+from .dynamics import dynamics_of
 from .dynamics.vector_fields import drift_field, factor_grads, factors_of, initial_state, noise_term
 from .factors import depth_observable_names, depth_observables, init_depth_factors, inner_widths
 from .factors import product as product_of
@@ -97,6 +98,7 @@ class Program:
         self.schedule = schedule_of(self.point["dynamics"], float(self.ts[-1]))
         self.dtype = jnp.float64 if self.point["x64"] else jnp.float32
         self.kind = self.point["dynamics"]["kind"]
+        self.dynamics = dynamics_of(self.kind)  # the registered kind: what it can do
         self.depth = self.point["model"].get("depth", 2)
         self.widths = inner_widths(self.point["model"])
         self._jitted = jax.jit(per_device(jax.vmap(self._single)))
@@ -105,7 +107,7 @@ class Program:
 
     @property
     def continuous(self) -> bool:
-        return self.kind in vocabulary.CONTINUOUS_DYNAMICS
+        return self.dynamics.continuous
 
     @property
     def keeps_states(self) -> bool:
@@ -179,7 +181,7 @@ class Program:
         data = self._make_data(p)
         theta0 = self._init(init_key, data, p)
         hyper = {k: p[f"dynamics.{k}"] for k in HYPER}
-        if self.kind == "sgd":
+        if self.dynamics.minibatches:
             hyper["batch"] = p["dynamics.batch"]  # traced: b of batch_pad (config.py)
         return data, theta0, hyper, noise_key
 
@@ -229,7 +231,7 @@ class Program:
         theta = factors_of(self.kind, state) if self.continuous else state
         if self.save == "states":
             out = {"theta": theta}
-            if self.continuous and self.kind in vocabulary.MOMENTUM_DYNAMICS:
+            if self.continuous and self.dynamics.momentum:
                 out["M"] = state[1]
         elif self.depth != 2:
             loss = self.problem.loss(product_of(theta), data)
@@ -276,7 +278,7 @@ class Program:
         says (:func:`rankflow.numerics.solve.setup`), with its Brownian motion from
         ``noise_key`` (SDEs): the observables at the saves."""
         kind = self.kind
-        sde = kind in vocabulary.SDE_DYNAMICS
+        sde = self.dynamics.sde
         setup = solve_lib.setup(
             self.point["solver"],
             self.ts,
@@ -306,8 +308,9 @@ class Program:
         (:func:`rankflow.core.optimizers.iterate`)."""
         opt = self._optimizer(self.kind, hyper, jax.random.fold_in(noise_key, 0))
         if self.point["dynamics"]["noise"] == "gradient":
-            # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k.
-            opt = self._optimizer("gd", hyper, noise_key)
+            # sgd_gaussian with gradient-space noise: G + σξ, ξ fresh at every step k,
+            # into the step of its noiseless kind (gd).
+            opt = self._optimizer(self.dynamics.noiseless, hyper, noise_key)
             grad_key = jax.random.fold_in(noise_key, 2)
             noisy_grads = factor_grads(self.problem, w_noise=True)
 
@@ -315,7 +318,7 @@ class Program:
                 key = jax.random.fold_in(grad_key, k)
                 xi = jax.random.normal(key, self.problem.shape, jnp.float32).astype(self.dtype)
                 return noisy_grads(theta, data, hyper["sigma"] * xi)
-        elif self.kind == "sgd":
+        elif self.dynamics.minibatches:
             batch_grads = factor_grads(self.problem, minibatch=True)
             batch_key = jax.random.fold_in(noise_key, 1)
             pad = self.point["dynamics"]["batch_pad"]

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..numerics import solve as solve_lib
+from .dynamics import NOISE_MODELS as NOISE_MODELS  # the noise models, for the config
+from .dynamics import KindMap, KindNames
 
 # The problem kinds are the registry PROBLEMS (read live: a kind registered after import
 # is one too); diagonal's default singular values are its class's.
@@ -20,56 +22,30 @@ from .problems import DIAGONAL_DEFAULT, PROBLEMS  # noqa: F401  (re-exported)
 # --- the vocabulary -------------------------------------------------------------------
 
 INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
-# The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax).
-CONTINUOUS_DYNAMICS = (
-    "gradient_flow",
-    "stochastic_flow",
-    "momentum_flow",
-    "momentum_flow_coupled",
-    "stochastic_momentum_flow",
-)
-DISCRETE_DYNAMICS = (
-    "gd",
-    "sgd",
-    "sgd_gaussian",
-    "momentum",
-    "momentum_coupled",
-    "adamw",
-    "adam_l2",
-)
-DYNAMICS_KINDS = CONTINUOUS_DYNAMICS + DISCRETE_DYNAMICS
-SDE_DYNAMICS = ("stochastic_flow", "stochastic_momentum_flow")
+# The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax),
+# one registered kind each (rankflow.core.dynamics). Every list below is read from the
+# registry whenever used, so a kind registered later is in it.
+CONTINUOUS_DYNAMICS = KindNames(lambda k: k.continuous)
+DISCRETE_DYNAMICS = KindNames(lambda k: not k.continuous)
+DYNAMICS_KINDS = KindNames(lambda k: True)
+SDE_DYNAMICS = KindNames(lambda k: k.sde)
 # Dynamics whose noise is the Gaussian σ of docs/theory.md (sgd's comes from minibatches).
-SIGMA_DYNAMICS = SDE_DYNAMICS + ("sgd_gaussian",)
-STOCHASTIC_DYNAMICS = SIGMA_DYNAMICS + ("sgd",)
-# How the noise of stochastic dynamics enters (docs/theory.md, T6, T9, T10): on the factors
-# (σ dW on A and B), on the gradient of W (σ dΞ, reaching the factors as dΞ B and
-# dΞᵀA), or as a minibatch gradient's own covariance (the stochastic modified
-# equation of sgd).
-NOISE_MODELS = ("parameter", "gradient", "minibatch")
+SIGMA_DYNAMICS = KindNames(lambda k: k.takes_sigma)
+# The σ kinds first, then the others (sgd).
+STOCHASTIC_DYNAMICS = KindNames(lambda k: k.stochastic, order=lambda k: not k.takes_sigma)
 # The noise models each stochastic dynamics can run (the first is its default).
-NOISE_MODELS_OF = {
-    "stochastic_flow": NOISE_MODELS,
-    "stochastic_momentum_flow": NOISE_MODELS,
-    "sgd_gaussian": ("parameter", "gradient"),
-    "sgd": ("minibatch",),
-}
-MOMENTUM_DYNAMICS = (
-    "momentum_flow",
-    "momentum_flow_coupled",
-    "stochastic_momentum_flow",
-    "momentum",
-    "momentum_coupled",
-)
+NOISE_MODELS_OF = KindMap(STOCHASTIC_DYNAMICS, lambda k: k.noise_models)
+MOMENTUM_DYNAMICS = KindNames(lambda k: k.momentum)
 # The flow each optimizer discretises (dt = 1), for `rankflow compare`; sgd's is its
 # stochastic modified equation (stochastic_flow with noise = minibatch, docs/theory.md, T10).
-FLOW_OF = {
-    "gd": "gradient_flow",
-    "sgd_gaussian": "stochastic_flow",
-    "sgd": "stochastic_flow",
-    "momentum": "momentum_flow",
-    "momentum_coupled": "momentum_flow_coupled",
-}
+# In the order of the flows, the Gaussian kind before the minibatch one.
+FLOW_OF = KindMap(
+    KindNames(
+        lambda k: k.flow is not None,
+        order=lambda k: (DYNAMICS_KINDS.index(k.flow), k.minibatches),
+    ),
+    lambda k: k.flow,
+)
 # Every solver's config name (solver.method): the keys of rankflow.numerics.solve.SOLVERS.
 METHODS = tuple(solve_lib.SOLVERS)
 # A sweep's minibatch sizes share one sgd program while its largest is at most this many

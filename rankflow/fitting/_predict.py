@@ -12,21 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import theory
+from ..core.dynamics import DYNAMICS, KindMap, KindNames
 
 __all__ = ["NO_PREDICTION", "Prediction", "predict"]
 
-# Dynamics without a closed balancing rate, and why (said in the table and the legend).
-NO_PREDICTION = {
-    "adamw": "AdamW: the update is not a gradient",
-    "adam_l2": "Adam with L2: the update is not a gradient",
-    "momentum_coupled": "coupled momentum: T7 gives no closed rate",
-    "momentum_flow_coupled": "coupled momentum flow: T7 gives no closed rate",
-    "stochastic_momentum_flow": "noisy momentum flow: no closed rate (T6/T7)",
-}
-GF_KINDS = ("gradient_flow",)
-GD_KINDS = ("gd", "sgd", "sgd_gaussian")
-MOMENTUM_KINDS = ("momentum", "momentum_flow")
+
+# Dynamics without a closed balancing rate, and why (said in the table and the legend):
+# each registered kind's ``no_balance_law``, read live.
+NO_PREDICTION = KindMap(
+    KindNames(lambda k: k.no_balance_law is not None), lambda k: k.no_balance_law
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +78,9 @@ def predict(
       (:func:`rankflow.theory.momentum_orbit_rate`);
     - others (:data:`NO_PREDICTION`): none, with the reason.
 
+    Each law is the registered kind's
+    (:meth:`rankflow.core.dynamics.kind.DynamicsKind.balance_law`).
+
     Examples:
         >>> from rankflow.fitting import predict
         >>> p = predict("gd", 0.1, 0.5)  # ηλ = 0.05
@@ -92,25 +90,12 @@ def predict(
         'no prediction (AdamW: the update is not a gradient)'
     """
     eta, lam = float(eta), float(lam)
-    base = 2 * eta * lam
-    if kind in NO_PREDICTION:
-        return _none(NO_PREDICTION[kind])
+    dynamics = DYNAMICS.get(kind)
+    if dynamics is not None and dynamics.no_balance_law:
+        return _none(dynamics.no_balance_law)
     if lam == 0:
         return Prediction(0.0, 0.0, "T4/T5", "λ = 0: D conserved (up to GD's O(η²) term)")
-    if kind in GF_KINDS or (kind == "stochastic_flow" and noise != "gradient"):
-        law = "T4: 2ηλ" if kind in GF_KINDS else "T6/T10: 2ηλ for the mean; a path floors"
-        return Prediction(base, base, "T4" if kind in GF_KINDS else "T6", law, exact=True)
-    if kind == "stochastic_flow":
-        if shape is None or shape[0] != shape[1]:
-            return _none("gradient noise at m ≠ n: T9's drift has no closed rate")
-        r = base + eta**2 * float(sigma) ** 2 * shape[0]
-        return Prediction(r, r, "T9", "T9: 2ηλ + η²σ²m (m = n)", exact=True)
-    if kind in MOMENTUM_KINDS:
-        if not (mu and mu > 0):
-            return _none("momentum without μ")
-        r = float(theory.momentum_orbit_rate(eta, lam, mu)) * base
-        return Prediction(r, r, "T7", "T7: the decoupled momentum flow's orbit rate")
-    if kind in GD_KINDS:
-        low, high = (float(x) * base for x in theory.gd_rate_bracket(eta, lam))
-        return Prediction(low, high, "T5", "T5: [−log(1−ηλ)², −log(1−2ηλ)] per step")
-    return _none(f"no theory for dynamics {kind!r}")
+    if dynamics is None:
+        return _none(f"no theory for dynamics {kind!r}")
+    law = dynamics.balance_law(eta, lam, mu=mu, noise=noise, sigma=sigma, shape=shape)
+    return _none(law) if isinstance(law, str) else Prediction(*law)

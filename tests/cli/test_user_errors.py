@@ -728,14 +728,14 @@ NOISE_CASES = [
         "minibatch noise on diagonal",
         _run(*_sets(*_SDE, "dynamics.noise='minibatch'", "dynamics.sigma=0.0")),
         "dynamics.noise: 'minibatch' noise is the covariance of minibatches of data; "
-        "problem.kind = 'diagonal' has none (use sensing, completion or regression",
+        "problem.kind = 'diagonal' has none (use sensing, completion, regression or codiagonal",
         2,
     ),
     (
         "minibatch noise on custom",
         ["run", "custom_good.toml", "--out", "out"]
         + _sets(*_SDE, "dynamics.noise='minibatch'", "dynamics.sigma=0.0"),
-        "problem.kind = 'custom' has none (use sensing, completion or regression",
+        "problem.kind = 'custom' has none (use sensing, completion, regression or codiagonal",
         2,
     ),
     (

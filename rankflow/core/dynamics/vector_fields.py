@@ -1,5 +1,6 @@
 """Continuous dynamics of the core family: the vector fields of the flows of docs/theory.md
-and their noise terms, as diffrax terms (formerly core/fields.py). They are solved by
+and their noise terms, as diffrax terms (formerly core/fields.py); which flow uses which is
+its :class:`~rankflow.core.dynamics.flows.FlowKind`'s. They are solved by
 :func:`rankflow.numerics.solve.solve`, the one diffrax set-up of both families.
 
 The state is ``θ = (A, B)``; ``args = (data, hyper)`` with ``hyper`` a dict of traced
@@ -21,7 +22,7 @@ import numpy as np
 from ...numerics.schedules import Schedule, eta_at
 from ..factors import chain, product, shape_of
 from ..problems import Problem
-from ..vocabulary import MOMENTUM_DYNAMICS
+from .kind import DYNAMICS, dynamics_of
 
 __all__ = [
     "AdditiveNoise",
@@ -123,26 +124,20 @@ def momentum_flow_field(
 
 def drift_field(kind: str, problem: Problem, schedule: Schedule | None = None) -> Callable:
     """The (drift) vector field of a continuous ``dynamics.kind``, η following
-    ``schedule``."""
-    if kind in ("gradient_flow", "stochastic_flow"):
-        return gradient_flow_field(problem, schedule)
-    if kind in ("momentum_flow", "stochastic_momentum_flow"):
-        return momentum_flow_field(problem, schedule=schedule)
-    if kind == "momentum_flow_coupled":
-        return momentum_flow_field(problem, coupled=True, schedule=schedule)
-    raise ValueError(f"dynamics.kind: no flow named {kind!r}")
+    ``schedule`` (its kind's :meth:`~rankflow.core.dynamics.kind.DynamicsKind.drift`)."""
+    if kind not in DYNAMICS:
+        raise ValueError(f"dynamics.kind: no flow named {kind!r}")
+    return DYNAMICS[kind].drift(problem, schedule)
 
 
 def initial_state(kind: str, theta0):
     """The flow's state at t = 0: θ, or (θ, M = 0) for momentum flows."""
-    if kind in MOMENTUM_DYNAMICS:
-        return theta0, jax.tree.map(jnp.zeros_like, theta0)
-    return theta0
+    return dynamics_of(kind).initial_state(theta0)
 
 
 def factors_of(kind: str, state):
     """The factors ``θ = (A, B)`` of a flow's state."""
-    return state[0] if kind in MOMENTUM_DYNAMICS else state
+    return dynamics_of(kind).factors(state)
 
 
 class AdditiveNoise(diffrax.ControlTerm):
@@ -250,9 +245,9 @@ def noise_term(
     ``minibatch`` needs the ``problem`` (its per-sample losses) and ``batch``. The η of
     the noise on θ is η(t) of the ``schedule``, as in the drift.
     """
-    if kind not in ("stochastic_flow", "stochastic_momentum_flow"):
+    if not dynamics_of(kind).sde:
         raise ValueError(f"dynamics.kind: {kind!r} is not an SDE")
-    momentum = kind == "stochastic_momentum_flow"
+    momentum = dynamics_of(kind).momentum
     if momentum:
         embed = lambda noise: (jax.tree.map(jnp.zeros_like, noise), noise)  # noqa: E731
     else:
