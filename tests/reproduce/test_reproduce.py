@@ -68,7 +68,9 @@ def test_rerun_into_the_same_directory_resumes(toy_out):
     assert dict(TRACE_COUNTS) == before  # every chunk read back, nothing traced
 
 
-def test_pretrained_on_a_balanced_synthetic_checkpoint(tmp_path):
+def test_pretrained_on_a_balanced_synthetic_checkpoint(tmp_path, monkeypatch):
+    # tests/inspect's checkpoint builder, importable when tests/reproduce runs alone too.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "inspect"))
     from test_inspect import build
 
     path, _, _ = build(tmp_path, arch="bert", layers=2, heads=4, d_model=16)
