@@ -3,7 +3,8 @@
 
 Everything here is a pure, jittable function of ``jax.numpy`` arrays that keeps the
 dtype of its main array argument (scalars ``eta``, ``lam``, ``t`` … are cast to it),
-except the rate fitting of T8, which is numpy post-processing of results tables.
+except the rate fitting of T8, which is numpy post-processing of results tables, and
+T14's measurements of Muon's ρ (:func:`muon_rho`, :func:`newton_schulz_sup`).
 Time ``t`` is in optimizer steps: every flow carries the learning rate η inside, so one
 GD step is one Euler step of size 1 (docs/theory.md, "Setting and conventions").
 
@@ -57,6 +58,13 @@ Where each item of docs/theory.md lives:
   :func:`balanced_factors`; the scalar problem ``min_{w≥0} ½(w−s)² + (λL/2)w^{2/L}``:
   :func:`schatten_scalar_objective`, :func:`schatten_scalar_stationarity`,
   :func:`schatten_scalar_minimiser`, and its jump threshold :func:`schatten_threshold`.
+- T14, decoupled decay with a bounded update, ``X_{k+1} = (1−ηλ)X_k − ηU_k``,
+  ``‖U_k‖ ≤ ρ``: ``‖X_k‖ ≤ ρ/λ + (1−ηλ)^k(‖X_0‖ − ρ/λ)``: :func:`t14_bound`; the norms
+  (max for sign descent and Lion, spectral for Muon): :func:`update_norm`; Muon's ρ,
+  measured on optax's muon: :func:`muon_rho`, bounded by :func:`newton_schulz_sup`
+  (both numpy measurements, not jittable); the balance under such updates,
+  ``D′ = (1−ηλ)²D − η(1−ηλ)(AᵀU_A + U_AᵀA − BᵀU_B − U_BᵀB) + η²(U_AᵀU_A − U_BᵀU_B)``:
+  :func:`balance_step`.
 """
 
 from __future__ import annotations
@@ -96,6 +104,11 @@ from ._depth import schatten_scalar_stationarity as schatten_scalar_stationarity
 from ._depth import schatten_threshold as schatten_threshold
 from ._fit import convergence_order as convergence_order
 from ._fit import fit_rate as fit_rate
+from ._geometry import balance_step as balance_step
+from ._geometry import muon_rho as muon_rho
+from ._geometry import newton_schulz_sup as newton_schulz_sup
+from ._geometry import t14_bound as t14_bound
+from ._geometry import update_norm as update_norm
 from ._noise import gradient_noise_balance as gradient_noise_balance
 from ._noise import gradient_noise_balance_drift as gradient_noise_balance_drift
 from ._noise import gradient_noise_step_mean as gradient_noise_step_mean
@@ -121,6 +134,11 @@ from ._schedule import scaled_balance_rate as scaled_balance_rate
 from ._schedule import scheduled_balance_exponent as scheduled_balance_exponent
 
 __all__ = [
+    "balance_step",
+    "muon_rho",
+    "newton_schulz_sup",
+    "t14_bound",
+    "update_norm",
     "ScalarThreshold",
     "balanced_factors",
     "depth_balances",
