@@ -10,7 +10,7 @@ effects: it changes neither ``XLA_FLAGS`` nor JAX's config.
 The public subpackages (:data:`SUBPACKAGES`) are attributes of the package, each imported
 when first used, so that ``import rankflow`` stays as fast as the entry points need:
 
-- ``rankflow.theory``: the closed forms and exact identities (docs/theory.md, T1–T13), rate fits;
+- ``rankflow.theory``: the closed forms and exact identities (docs/theory.md, T1–T14), rate fits;
 - ``rankflow.core``: the factorised problems, their flows and optimizers, sweeps;
 - ``rankflow.attention``: the transformer family (the rebuttal's experiments);
 - ``rankflow.compare``: a discrete optimizer against the flow it discretises;

@@ -19,6 +19,7 @@ from jaxtyping import Array, ArrayLike, Float
 from ._common import Scalar, balance, float_dtype
 
 Norm = Literal["max", "spectral"]
+FactorA, FactorB, Gram = Float[Array, "m r"], Float[Array, "n r"], Float[Array, "r r"]
 # optax.contrib.muon's default ("standard") quintic Newton–Schulz coefficients.
 MUON_NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
@@ -130,13 +131,8 @@ def muon_rho(
 
 
 def balance_step(
-    A: Float[Array, "m r"],
-    B: Float[Array, "n r"],
-    U_A: Float[Array, "m r"],
-    U_B: Float[Array, "n r"],
-    eta: Scalar,
-    lam: Scalar,
-) -> Float[Array, "r r"]:
+    A: FactorA, B: FactorB, U_A: FactorA, U_B: FactorB, eta: Scalar, lam: Scalar
+) -> Gram:
     """T14: the balance after ``A′ = (1−ηλ)A − ηU_A``, ``B′ = (1−ηλ)B − ηU_B``, exactly:
 
     ``D′ = (1−ηλ)²D − η(1−ηλ)(AᵀU_A + U_AᵀA − BᵀU_B − U_BᵀB) + η²(U_AᵀU_A − U_BᵀU_B)``.

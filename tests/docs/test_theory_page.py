@@ -1,6 +1,6 @@
 """docs/theory.md against the code it names, and the code's references to documents.
 
-- Every label T1…T13 the page uses has its own section. Every ``pytest -k EXPR`` command
+- Every label T1…T14 the page uses has its own section. Every ``pytest -k EXPR`` command
   on the page selects at least one test, evaluated as pytest's ``-k`` evaluates it, on one
   collection of the whole suite (``-m slow`` commands among the slow tests). A label's
   section selects every test whose name carries the label (``test_T4_…``, ``…_and_T9``),
@@ -42,7 +42,7 @@ from rankflow.reproduce import EXPERIMENTS, passable_claims
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "theory.md"
-LABELS = range(1, 14)
+LABELS = range(1, 15)
 SCANNED = ("rankflow", "tests", "benchmarks", "sims", "docs")
 TEXT_SUFFIXES = {".py", ".toml", ".md", ".txt", ".yml", ".yaml", ".cfg", ".ini", ".sh"}
 
@@ -148,7 +148,7 @@ def label_problems(page: str, items: list[Item]) -> list[str]:
     secs = sections(page)
     for n in sorted({int(x) for x in re.findall(r"\bT(\d+)\b", page)}):
         if n not in LABELS:
-            problems.append(f"T{n}: not a label of the theory (T1–T13)")
+            problems.append(f"T{n}: not a label of the theory (T1–T14)")
         elif n not in secs:
             problems.append(f"T{n}: used on the page but has no section")
     for slow, expr in commands(page):
@@ -404,9 +404,9 @@ def _mutate(page: str, old: str, new: str) -> str:
 
 def test_mutant_labels(suite):
     page = PAGE.read_text()
-    unknown = page + "\nSee T14.\n"
-    assert any("T14" in p for p in label_problems(unknown, suite))
-    section = page + "\n### T14 — nothing\n\n`pytest -k T14`\n"
+    unknown = page + "\nSee T15.\n"
+    assert any("T15" in p for p in label_problems(unknown, suite))
+    section = page + "\n### T15 — nothing\n\n`pytest -k T15`\n"
     assert any("selects no test" in p for p in label_problems(section, suite))
     nothing = _mutate(page, "`pytest -k T7`", "`pytest -k T7_no_such_test`")
     assert any("selects no test" in p for p in label_problems(nothing, suite))
