@@ -150,6 +150,7 @@ def test_vocabulary_is_the_registry():
     )  # fmt: skip
     assert vocabulary.DISCRETE_DYNAMICS == (
         "gd", "sgd", "sgd_gaussian", "momentum", "momentum_coupled", "adamw", "adam_l2",
+        "sign_gd", "signum", "lion", "muon", "schedule_free_adamw",
     )  # fmt: skip
     assert vocabulary.SDE_DYNAMICS == ("stochastic_flow", "stochastic_momentum_flow")
     assert vocabulary.SIGMA_DYNAMICS == vocabulary.SDE_DYNAMICS + ("sgd_gaussian",)

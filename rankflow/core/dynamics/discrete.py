@@ -1,6 +1,14 @@
 """The discrete dynamics kinds: the optax optimizers of docs/theory.md's table, one
 :class:`DiscreteKind` each. Their steps are :mod:`rankflow.core.optimizers`' (``gd``,
-``sgd_gaussian``, ``momentum``, ``momentum_coupled``), optax's ``adamw`` and Adam with L2.
+``sgd_gaussian``, ``momentum``, ``momentum_coupled``), optax's ``adamw`` and Adam with L2,
+and the geometry-changing optimizers of optax 0.2.8 (``sign_sgd``, ``signum``, ``lion``,
+``contrib.muon``, ``contrib.schedule_free_adamw``).
+
+Decay means one thing in every kind: ``ηλ`` per step, ``η = dynamics.eta`` (scheduled or
+not) and ``λ = dynamics.lam``. optax's ``weight_decay`` arguments of adamw, lion, muon and
+schedule-free AdamW are multiplied by the learning rate (``add_decayed_weights`` before
+``scale_by_learning_rate``), so they are given ``λ``; sign_sgd and signum have none, and
+their kinds chain ``add_decayed_weights(λ)`` before the learning rate as adamw does.
 
 A kind with decoupled decay also gives its update direction ``u`` alone
 (:meth:`DiscreteKind.direction`), so that a step is ``θ ← θ − η_k(u + λθ)``: the attention
@@ -19,6 +27,11 @@ __all__ = [
     "AdamL2",
     "AdamW",
     "DiscreteKind",
+    "Lion",
+    "Muon",
+    "ScheduleFreeAdamW",
+    "SignGD",
+    "Signum",
     "GD",
     "Momentum",
     "MomentumCoupled",
@@ -151,3 +164,120 @@ class AdamL2(DiscreteKind):
         return optax.chain(
             optax.add_decayed_weights(hyper["lam"]), optax.adam(learning_rate=learning_rate)
         )
+
+
+@register_dynamics
+class SignGD(DiscreteKind):
+    """Sign descent (``optax.sign_sgd``), decoupled decay: ``θ ← θ − η_k(sign(∇L) + λθ)``
+    (``add_decayed_weights(λ)`` chained before the learning rate, as in ``optax.adamw``;
+    sign_sgd has no weight decay of its own). sign(0) = 0, so its zero-loss decay is GD's."""
+
+    name = "sign_gd"
+    no_balance_law = "sign descent: the update is not a gradient"
+
+    def optimizer(self, learning_rate, hyper, key):
+        return optax.chain(
+            optax.scale_by_sign(),
+            optax.add_decayed_weights(hyper["lam"]),
+            optax.scale_by_learning_rate(learning_rate),
+        )
+
+    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8):
+        return optax.scale_by_sign()
+
+    zero_loss_decay = staticmethod(laws.gd_decay)  # sign(0) = 0
+
+
+@register_dynamics
+class Signum(DiscreteKind):
+    """Signum (``optax.signum``), decoupled decay: ``M ← (1−μ)M + μg``,
+    ``θ ← θ − η_k(sign(M) + λθ)``. ``dynamics.mu`` is mapped honestly: optax's EMA
+    ``M ← βM + (1−β)g`` (``optax.ema``, not debiased) is rankflow's momentum with
+    ``β = 1 − μ`` (``momentum``'s, docs/theory.md), so the default μ = 0.1 is optax's
+    β = 0.9. Decay as in :class:`SignGD` (signum has none of its own)."""
+
+    name = "signum"
+    momentum = True
+    no_balance_law = "signum: the update is not a gradient"
+
+    def optimizer(self, learning_rate, hyper, key):
+        return optax.chain(
+            self.direction(hyper),
+            optax.add_decayed_weights(hyper["lam"]),
+            optax.scale_by_learning_rate(learning_rate),
+        )
+
+    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8):
+        return optax.chain(optax.ema(1.0 - hyper["mu"], debias=False), optax.scale_by_sign())
+
+    zero_loss_decay = staticmethod(laws.gd_decay)  # M stays 0, sign(0) = 0
+
+
+@register_dynamics
+class Lion(DiscreteKind):
+    """Lion (``optax.lion``, ``weight_decay = λ``: optax multiplies it by the learning
+    rate): ``θ ← θ − η_k(sign(β₁M + (1−β₁)g) + λθ)``, ``M ← β₂M + (1−β₂)g``, with optax's
+    β₁ = 0.9, β₂ = 0.99. Its two rates have no single honest ``dynamics.mu``, so it reads
+    none (``momentum = False``: the capability means that μ is read)."""
+
+    name = "lion"
+    no_balance_law = "Lion: the update is not a gradient"
+
+    def optimizer(self, learning_rate, hyper, key):
+        return optax.lion(learning_rate=learning_rate, weight_decay=hyper["lam"])
+
+    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8):
+        return optax.scale_by_lion()  # its own β₁, β₂ (b1, b2 are Adam's)
+
+    zero_loss_decay = staticmethod(laws.gd_decay)  # M stays 0, sign(0) = 0
+
+
+@register_dynamics
+class Muon(DiscreteKind):
+    """Muon (``optax.contrib.muon``, ``weight_decay = λ``, multiplied by the learning rate
+    in optax): the Nesterov momentum of every 2-D factor (A, B; each W_j at depth L)
+    orthogonalised by optax's Newton–Schulz iteration, ``θ ← θ − η_k(O + λθ)``. Its
+    defaults (β = 0.95, 5 steps, Nesterov, bias-corrected) are optax's: its momentum is not
+    rankflow's EMA, so ``dynamics.mu`` is not read. Non-2-D parameters (none in the core
+    family) go to optax's AdamW branch, given ``adam_weight_decay = λ`` (also multiplied by
+    the learning rate), so λ means the same on every leaf. The orthogonalisation of a zero
+    matrix is 0 (it is divided by its norm + ε first), so its zero-loss decay is GD's."""
+
+    name = "muon"
+    no_balance_law = "Muon: the update is not a gradient"
+
+    def optimizer(self, learning_rate, hyper, key):
+        return optax.contrib.muon(
+            learning_rate=learning_rate,
+            weight_decay=hyper["lam"],
+            adam_weight_decay=hyper["lam"],
+        )
+
+    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8):
+        # optax's muon without decay at learning rate −1: scale_by_learning_rate(−1) is
+        # the identity, leaving each leaf's direction (Muon's, or Adam's off 2-D leaves).
+        return optax.contrib.muon(learning_rate=-1.0)
+
+    zero_loss_decay = staticmethod(laws.gd_decay)  # the orthogonalised 0 is 0
+
+
+@register_dynamics
+class ScheduleFreeAdamW(DiscreteKind):
+    """Schedule-free AdamW (``optax.contrib.schedule_free_adamw``, ``weight_decay = λ``,
+    multiplied by the learning rate in its base step): rankflow's θ is optax's params, the
+    point ``y`` where gradients are taken; the base step ``z ← z − η_k(u + λy)`` (u: Adam's
+    direction without momentum) decays at y, and ``y = b₁x + (1−b₁)z`` with x the running
+    average of z. optax's defaults (b₁ = 0.9, b₂ = 0.999, weight_lr_power = 2); its b₁ is an
+    interpolation, not an EMA of gradients, so ``dynamics.mu`` is not read. θ moves by
+    the interpolation, not by ``−η(u + λθ)``, so it has no direction alone; its zero-loss
+    decay is its own (:func:`~.laws.schedule_free_decay`), not GD's."""
+
+    name = "schedule_free_adamw"
+    no_balance_law = "schedule-free AdamW: the update is not a gradient"
+
+    def optimizer(self, learning_rate, hyper, key):
+        return optax.contrib.schedule_free_adamw(
+            learning_rate=learning_rate, weight_decay=hyper["lam"]
+        )
+
+    zero_loss_decay = staticmethod(laws.schedule_free_decay)

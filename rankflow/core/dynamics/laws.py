@@ -23,6 +23,7 @@ __all__ = [
     "gf_law",
     "gradient_noise_law",
     "momentum_law",
+    "schedule_free_decay",
     "sgf_mean_law",
 ]
 
@@ -78,9 +79,29 @@ def gf_decay(t: float, eta: float, lam: float, mu: float | None = None) -> float
 
 def gd_decay(k: float, eta: float, lam: float, mu: float | None = None) -> float:
     """GD on a zero loss: ``θ_{k+1} = (1 − ηλ)θ_k``, so ``c(k) = (1 − ηλ)^k`` (T5's
-    ``(1 − ηλ)²`` of D per step is its square); also decoupled momentum's and AdamW's,
-    whose directions stay 0 on zero gradients."""
+    ``(1 − ηλ)²`` of D per step is its square); also decoupled momentum's, AdamW's and the
+    sign and orthogonalised kinds' (sign_gd, signum, lion, muon), whose directions stay 0
+    on zero gradients."""
     return float((1.0 - eta * lam) ** k)
+
+
+def schedule_free_decay(
+    k: float, eta: float, lam: float, mu: float | None = None, b1: float = 0.9
+) -> float:
+    """Schedule-free AdamW (``optax.contrib.schedule_free_adamw``, its ``b1``) on a zero
+    loss, at the iterate ``y`` (where gradients are taken, rankflow's θ): its base step
+    is ``z_{k+1} = z_k − ηλ y_k`` (Adam's direction is 0), then ``x_{k+1} = (1 − c_k)x_k +
+    c_k z_{k+1}`` with ``c_k = 1/(k+1)`` (constant η, weights η²) and ``y_{k+1} = b1·x_{k+1}
+    + (1 − b1)·z_{k+1}``, from ``x_0 = y_0 = z_0 = θ_0``. Every sequence stays a multiple of
+    θ_0; ``c(k)`` is y's, iterated (it is not GD's ``(1 − ηλ)^k``: the decay acts at y on
+    z, and y averages z's history)."""
+    x = y = z = 1.0
+    for i in range(int(k)):
+        z = z - eta * lam * y
+        c = 1.0 / (i + 1)
+        x = (1.0 - c) * x + c * z
+        y = b1 * x + (1.0 - b1) * z
+    return float(y)
 
 
 def coupled_momentum_decay(k: float, eta: float, lam: float, mu: float) -> float:
