@@ -27,7 +27,7 @@ MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
 # The text under the summary line: how to read a claim and its sides.
 READING = (
-    "How to read this: each row is one statement of docs/theory.md (labels T1–T14) or of the "
+    "How to read this: each row is one statement of docs/theory.md (labels T1–T13) or of the "
     "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
     "the experiment found, *tolerance* the test that decides the *verdict* and where it "
     "comes from (float64 rounding for exact identities, a fit's own error for rates, "
