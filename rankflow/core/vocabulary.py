@@ -22,7 +22,7 @@ from .problems import DIAGONAL_DEFAULT, PROBLEMS  # noqa: F401  (re-exported)
 
 # --- the vocabulary -------------------------------------------------------------------
 
-INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
+INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced", "lora")
 # The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax),
 # one registered kind each (rankflow.core.dynamics). Every list below is read from the
 # registry whenever used, so a kind registered later is in it.
