@@ -422,7 +422,9 @@ def core_tables() -> list[Table]:
         "balance_gap_1 … balance_gap_{L−1}" if c == "balance_gap_1" else c
         for c in depth_observable_names(2)
     ]
-    sched = schedule_columns("dynamics", {"schedule": "linear", "warmup": 0, "final_fraction": 0})
+    # Every schedule column, those of the wsd schedules included (their decay_steps).
+    wsd = {"schedule": "wsd", "warmup": 0, "final_fraction": 0, "decay_steps": 1}
+    sched = schedule_columns("dynamics", wsd)
     return [
         Table(
             "### Core sweeps: `DIR/results.parquet/`",

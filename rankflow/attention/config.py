@@ -403,7 +403,13 @@ def validate(cfg: Mapping[str, Any]) -> None:
     if tr["export_every"]:
         _check_export(cfg)
     err = schedule_error(
-        "dynamics", dyn["schedule"], dyn["warmup"], dyn["final_fraction"], steps, "save.t1"
+        "dynamics",
+        dyn["schedule"],
+        dyn["warmup"],
+        dyn["final_fraction"],
+        steps,
+        "save.t1",
+        dyn["decay_steps"],
     )
     if err:
         raise ConfigError(err)

@@ -125,7 +125,9 @@ def run_chunk(
         for k in dict.fromkeys(STRUCT_COLUMNS + tuple(swept)):
             flat = [_cell(config_lib.flatten(points[i])[k]) for i in ids]
             cols[k] = np.repeat(flat, S * per_save)
-        for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
+        for k, v in schedule_columns(
+            "dynamics", program.point["dynamics"], program.schedule.t1
+        ).items():
             cols[k] = np.repeat([v] * n, S * per_save)
         if not program.schedule.constant:
             clock = unit_clock(steps, program.schedule, not program.continuous)

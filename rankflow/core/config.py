@@ -235,7 +235,15 @@ def validate(cfg: Mapping[str, Any]) -> None:
     _validate_save(cfg)
     t1 = last_save_time(cfg)
     d = cfg["dynamics"]
-    err = schedule_error("dynamics", d["schedule"], d["warmup"], d["final_fraction"], t1, "save.t1")
+    err = schedule_error(
+        "dynamics",
+        d["schedule"],
+        d["warmup"],
+        d["final_fraction"],
+        t1,
+        "save.t1",
+        d["decay_steps"],
+    )
     if err:
         raise ConfigError(err)
 

@@ -129,6 +129,11 @@ def init_depth_factors(
     - ``imbalanced``: the balanced start with ``W_j`` scaled by ``c_j`` (``Π c_j = 1``:
       the same product) so that ``‖D_j‖_F = imbalance`` exactly for the pairs j in
       ``pairs`` and ``D_j = 0`` for the others.
+    - ``lora``: the Gaussian factors with the input-side factor W_1 = 0 exactly (W_2 …
+      W_L Gaussian), so W(0) = 0 and ``D_1(0) = W_2ᵀW_2``: depth 2's A Gaussian and
+      B = W_1ᵀ = 0 (D_1 = W_2ᵀW_2 − W_1W_1ᵀ = AᵀA − BᵀB there). One zero factor only:
+      W_1's gradient (W_L⋯W_2)ᵀ∇L(0) is nonzero in general, so the dynamics leave the
+      start (two zero factors would be a saddle that gradient steps never leave).
     """
     m, n = shape
     dims = (n, *widths, m)
@@ -137,6 +142,8 @@ def init_depth_factors(
     gauss = tuple(scale * _normal(keys[j], (dims[j + 1], dims[j]), dtype) for j in range(depth))
     if kind == "gaussian":
         return gauss
+    if kind == "lora":
+        return (jnp.zeros_like(gauss[0]), *gauss[1:])
     k = min(m, n, *widths)
     if kind == "spectral":
         U, _, Vt = linalg.svd(target)

@@ -482,7 +482,9 @@ def _table(program: Program, point, ids, paths, params, out, swept) -> pd.DataFr
         if k.startswith("solver.") and not program.continuous:
             v = None  # optimizers use no ODE solver
         cols[k] = np.repeat([v] * n, T)
-    for k, v in schedule_columns("dynamics", program.point["dynamics"]).items():
+    for k, v in schedule_columns(
+        "dynamics", program.point["dynamics"], program.schedule.t1
+    ).items():
         cols[k] = np.repeat([v] * n, T)
     if not program.schedule.constant:
         clock = unit_clock(program.ts, program.schedule, not program.continuous)

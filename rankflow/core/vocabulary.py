@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..numerics import solve as solve_lib
+from ..numerics.schedules import SCHEDULES, WSD_SCHEDULES
 from .dynamics import NOISE_MODELS as NOISE_MODELS  # the noise models, for the config
 from .dynamics import KindMap, KindNames
 
@@ -21,7 +22,7 @@ from .problems import DIAGONAL_DEFAULT, PROBLEMS  # noqa: F401  (re-exported)
 
 # --- the vocabulary -------------------------------------------------------------------
 
-INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced")
+INIT_KINDS = ("gaussian", "spectral", "balanced", "imbalanced", "lora")
 # The dynamics of docs/theory.md: continuous flows (diffrax) and discrete optimizers (optax),
 # one registered kind each (rankflow.core.dynamics). Every list below is read from the
 # registry whenever used, so a kind registered later is in it.
@@ -190,18 +191,31 @@ def last_save_time(cfg: Mapping[str, Any]) -> float:
 
 
 def schedule_error(
-    section: str, schedule: str, warmup, final_fraction, t1: float, run: str
+    section: str,
+    schedule: str,
+    warmup,
+    final_fraction,
+    t1: float,
+    run: str,
+    decay_steps=None,
 ) -> str | None:
     """The one-line error of a schedule's keys in config section ``section`` (``dynamics``
     or ``train``) for a run ending at ``t1`` (named by the key ``run``), or None."""
     if schedule == "constant":
-        for key, value in (("warmup", warmup), ("final_fraction", final_fraction)):
+        keys = (("warmup", warmup), ("final_fraction", final_fraction))
+        for key, value in keys + (("decay_steps", decay_steps),):
             if value is not None:
+                others = ", ".join(s for s in SCHEDULES if s != "constant")
                 return (
                     f"{section}.{key}: a constant schedule has no {key}; set "
-                    f"{section}.schedule to warmup_cosine or linear, or drop {section}.{key}"
+                    f"{section}.schedule to one of {others}, or drop {section}.{key}"
                 )
         return None
+    if decay_steps is not None and schedule not in WSD_SCHEDULES:
+        return (
+            f"{section}.decay_steps: only the wsd schedules ({', '.join(WSD_SCHEDULES)}) "
+            f"have a decay tail, {section}.schedule is {schedule}; drop {section}.decay_steps"
+        )
     if warmup is not None and not 0 <= warmup <= t1:
         return (
             f"{section}.warmup: must be in [0, {run} = {t1:g}] steps (warmup cannot exceed "
@@ -211,5 +225,16 @@ def schedule_error(
         return (
             f"{section}.final_fraction: must be in [0, 1] (η at the end over the peak η), "
             f"got {final_fraction:g}"
+        )
+    room = t1 - (warmup or 0.0)
+    if decay_steps is not None and not 0 < decay_steps <= room:
+        return (
+            f"{section}.decay_steps: must be in (0, {run} − {section}.warmup = {room:g}] "
+            f"steps (the decay tail follows the warmup), got {decay_steps:g}"
+        )
+    if schedule in WSD_SCHEDULES and decay_steps is None and room <= 0:
+        return (
+            f"{section}.warmup: a {schedule} schedule needs room for its decay tail, so "
+            f"the warmup must be below {run} = {t1:g} steps, got {warmup:g}"
         )
     return None

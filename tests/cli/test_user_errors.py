@@ -296,9 +296,16 @@ CASES = [
         2,
     ),
     (
+        "decay tail longer than the run after warmup",
+        _run(*_sets("dynamics.schedule='wsd'", "dynamics.warmup=2", "dynamics.decay_steps=3")),
+        "dynamics.decay_steps: must be in (0, save.t1 − dynamics.warmup = 2] steps",
+        2,
+    ),
+    (
         "unknown schedule",
         _run(*_sets("dynamics.schedule='cosine'")),
-        "dynamics.schedule: must be one of constant, warmup_cosine, linear (did you mean",
+        "dynamics.schedule: must be one of constant, warmup_cosine, linear, wsd, wsd_cosine "
+        "(did you mean",
         2,
     ),
     (

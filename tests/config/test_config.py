@@ -58,6 +58,28 @@ def _error(cfg):
         ({"sweep": {"dynamics.lam": [0.1, -1.0]}}, "dynamics.lam", "must be ≥ 0"),
         ({"sweep": {"dynamics.lamb": [0.1]}}, "dynamics.lamb", "did you mean"),
         ({"sweep": {"x64": [True, False]}}, "sweep.x64", "not sweepable"),
+        # The wsd schedules' decay tail (issue #43): in (0, save.t1 − warmup], wsd only.
+        (
+            {"dynamics": {"schedule": "wsd", "warmup": 4, "decay_steps": 7}, "save": {"t1": 10}},
+            "dynamics.decay_steps",
+            "must be in (0, save.t1 − dynamics.warmup = 6] steps",
+        ),
+        (
+            {"dynamics": {"schedule": "wsd_cosine", "decay_steps": 0}},
+            "dynamics.decay_steps",
+            "must be in (0,",
+        ),
+        (
+            {"dynamics": {"schedule": "linear", "decay_steps": 2}},
+            "dynamics.decay_steps",
+            "only the wsd schedules",
+        ),
+        ({"dynamics": {"decay_steps": 2}}, "dynamics.decay_steps", "a constant schedule has no"),
+        (
+            {"dynamics": {"schedule": "wsd", "warmup": 10}, "save": {"t1": 10}},
+            "dynamics.warmup",
+            "room for its decay tail",
+        ),
     ],
 )
 def test_bad_input_names_the_field(cfg, field, words):
@@ -347,6 +369,7 @@ def test_attention_takes_the_core_names():
         "schedule": "constant",
         "warmup": None,
         "final_fraction": None,
+        "decay_steps": None,
     }
     assert cfg["save"] == {"t1": 20, "rank_tol": 1e-2, "cross_gaps": False}
     assert cfg["init"] == {"scale": 0.5}
@@ -452,3 +475,27 @@ def test_core_configs_are_unchanged_by_the_attention_renames():
     with pytest.raises(rankflow.ConfigError) as e:
         C.resolve({"train": {"lam": 0.1}})
     assert str(e.value).startswith("train: unknown key") and "renamed" not in str(e.value)
+
+
+def test_both_families_take_the_wsd_decay_tail():
+    """``dynamics.decay_steps`` (issue #43) is a schedule key of both families, checked
+    alike: its default is the last 20% of the run, and out of range it is one line."""
+    from rankflow.attention import config as A
+    from rankflow.numerics.schedules import Schedule, schedule_of
+
+    core = C.resolve({"dynamics": {"schedule": "wsd", "warmup": 2}, "save": {"t1": 20}})
+    assert schedule_of(core["dynamics"], 20.0) == Schedule("wsd", 2.0, 0.0, 20.0, 4.0)
+    att = A.resolve(
+        {
+            "dynamics": {"schedule": "wsd_cosine", "decay_steps": 6},
+            "save": {"t1": 20},
+            "train": {"eval_every": 10},
+        }
+    )
+    A.validate(att)
+    assert schedule_of(att["dynamics"], 20.0) == Schedule("wsd_cosine", 0.0, 0.0, 20.0, 6.0)
+    bad = {**att, "dynamics": {**att["dynamics"], "decay_steps": 21}}
+    with pytest.raises(rankflow.ConfigError) as e:
+        A.validate(bad)
+    assert str(e.value).startswith("dynamics.decay_steps: must be in (0, save.t1 − ")
+    assert "\n" not in str(e.value)

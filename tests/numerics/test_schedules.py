@@ -1,11 +1,15 @@
 """Learning-rate schedules (issue #16): η(t) = η·s(t) matches optax's schedules step for
-step, ∫η has the closed forms of :mod:`rankflow.numerics.schedules`, T4 under a schedule
+step (the wsd schedules, issue #43: optax's ``join_schedules`` of warmup, constant and
+decay, built here), ∫η has the closed forms of :mod:`rankflow.numerics.schedules`, T4
+under a schedule
 (‖D(t)‖ = e^{−2λ∫η}‖D(0)‖) holds for the core flow and per head of the attention flow
 to 1e-9, T5 with η_k = η(k) holds at every GD step to 1e-10, and the plausible wrong
 versions (the peak η throughout, 2ηλt, the schedule shifted by one step) miss by far
 more."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +26,14 @@ from rankflow.core.dynamics.vector_fields import noise_term
 from rankflow.core.optimizers import make_optimizer
 from rankflow.core.program import params_of, program_for
 from rankflow.engine.status import Status
-from rankflow.numerics.schedules import Schedule, eta_at, eta_integral, schedule_factor, unit_clock
+from rankflow.numerics.schedules import (
+    Schedule,
+    eta_at,
+    eta_integral,
+    kinks,
+    schedule_factor,
+    unit_clock,
+)
 
 ETA, LAM, W, F, T1 = 0.5, 0.1, 8, 0.1, 40
 
@@ -45,6 +56,72 @@ def test_schedule_matches_optax_at_every_step(kind, w):
     # The step from 0 to 1 uses η(0): 0 under a warmup, the peak η without one.
     assert ours[0] == (0.0 if w else 0.3)
     assert ours[50] == pytest.approx(0.2 * 0.3, abs=1e-15)
+
+
+def _optax_wsd(kind: str, eta: float, w: float, f: float, t1: float, d: float):
+    """WSD as optax joins it: linear warmup over w steps, η until t1 − d, then the tail."""
+    if kind == "wsd":
+        tail = optax.linear_schedule(eta, f * eta, d)
+    else:
+        tail = optax.cosine_decay_schedule(eta, d, alpha=f)
+    parts = [optax.linear_schedule(0.0, eta, w)] if w > 0 else []
+    bounds = [w] if w > 0 else []
+    return optax.join_schedules(parts + [optax.constant_schedule(eta), tail], bounds + [t1 - d])
+
+
+def _wsd_clock(kind: str, w: float, f: float, t1: float, d: float, t: float) -> float:
+    """∫₀ᵗ s of a wsd schedule, written out piece by piece (python floats)."""
+    if t <= w:  # w > 0 here, or t = w = 0
+        return t * t / (2 * w) if w else 0.0
+    s0 = t1 - d
+    if t <= s0:
+        return w / 2 + (t - w)
+    u = min(t - s0, d) / d
+    if kind == "wsd":
+        tail = d * (u - (1 - f) * u * u / 2)
+    else:
+        tail = d * (f * u + (1 - f) * (u + math.sin(math.pi * u) / math.pi) / 2)
+    return w / 2 + (s0 - w) + tail + max(t - t1, 0.0) * f
+
+
+@pytest.mark.parametrize("kind", ["wsd", "wsd_cosine"])
+@pytest.mark.parametrize(("w", "d"), [(0, 10), (7, 10), (7, 43), (12, 1)])
+def test_wsd_matches_optax_join_schedules(kind, w, d):
+    sch = Schedule(kind, float(w), 0.2, 50.0, float(d))
+    ks = np.arange(0, 60, dtype=np.float64)
+    ours = np.asarray(eta_at(ks, 0.3, sch))
+    with jax.enable_x64(True):
+        ref = np.asarray(_optax_wsd(kind, 0.3, w, 0.2, 50, d)(jnp.asarray(ks)))
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-12)
+    # Warmup, then exactly the peak until the decay starts, then down to fη at t1.
+    assert ours[0] == (0.0 if w else 0.3)
+    assert (ours[w : 50 - d + 1] == 0.3).all()
+    assert ours[50] == pytest.approx(0.2 * 0.3, abs=1e-15)
+    # Wrong: the decay over the whole run after warmup (linear, warmup_cosine).
+    other = {"wsd": "linear", "wsd_cosine": "warmup_cosine"}[kind]
+    if w + d < 50:
+        whole = np.asarray(eta_at(ks, 0.3, Schedule(other, w, 0.2, 50.0)))
+        assert np.max(np.abs(whole - ref)) > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["wsd", "wsd_cosine"])
+@pytest.mark.parametrize(("w", "d"), [(0.0, 20.0), (10.0, 20.0), (10.0, 90.0), (30.0, 0.5)])
+def test_wsd_clock_is_the_closed_form(kind, w, d):
+    """∫₀ᵗ η of a wsd schedule against its closed form (1e-10) and quadrature; the clock
+    of the flows (``unit_clock``, discrete=False) is the same; the wrong clock t·η misses."""
+    sch = Schedule(kind, w, 0.1, 100.0, d)
+    ts = np.array([0.0, 3.0, 10.0, 47.5, 79.5, 85.0, 99.0, 100.0, 130.0])
+    ours = np.asarray(eta_integral(ts, 0.5, sch))
+    ref = np.array([0.5 * _wsd_clock(kind, w, 0.1, 100.0, d, t) for t in ts])
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(0.5 * unit_clock(ts, sch, discrete=False), ref, atol=1e-10)
+    for t in ts:
+        pts = [x for x in (w, 100.0 - d, 100.0) if 0 < x < t]
+        q = quad(lambda s: float(schedule_factor(s, sch)), 0, t, points=pts or None, epsabs=1e-13)
+        assert abs(float(eta_integral(t, 1.0, sch)) - q[0]) <= 1e-11 * max(1.0, q[0])
+    assert np.max(np.abs(0.5 * ts - ref)) > 1.0  # the schedule ignored: t·η
+    # The adaptive solver steps onto both kinks: the end of warmup and the start of decay.
+    assert kinks(sch) == sorted({x for x in (w, 100.0 - d) if 0 < x < 100.0})
 
 
 @pytest.mark.parametrize("kind", ["warmup_cosine", "linear"])
@@ -95,15 +172,25 @@ def _gap(A, B):
     return np.linalg.norm(D, axis=(1, 2))
 
 
-# One schedule in the default run (~10 s each on 2 cores); the other under slow.
+# The wsd schedules' tail where dynamics.decay_steps is left out: 20% of T1.
+DECAY = {"wsd": 0.2 * T1, "wsd_cosine": 0.2 * T1}
+
+
+# One schedule of each shape in the default run (~10 s each on 2 cores); others under slow.
 @pytest.mark.parametrize(
-    "schedule", ["warmup_cosine", pytest.param("linear", marks=pytest.mark.slow)]
+    "schedule",
+    [
+        "warmup_cosine",
+        pytest.param("linear", marks=pytest.mark.slow),
+        "wsd",
+        pytest.param("wsd_cosine", marks=pytest.mark.slow),
+    ],
 )
 def test_T4_T11_scheduled_gradient_flow_core(schedule):
     A, B, prog = _states(_core_point("gradient_flow", schedule, num=11))
     ts, gap = prog.ts, _gap(A, B)
     sch = prog.schedule
-    assert sch == Schedule(schedule, W, F, T1)
+    assert sch == Schedule(schedule, W, F, T1, DECAY.get(schedule, 0.0))
     pred = np.asarray(theory.gf_balance_scheduled(gap[0], ETA, LAM, ts, sch))
     assert np.max(np.abs(gap / pred - 1)) <= 1e-9
     assert gap[-1] < 0.35 * gap[0]  # the balance does decay
@@ -129,7 +216,13 @@ def _gd_residuals(A, B, prog, point, eta_k):
 
 
 @pytest.mark.parametrize(
-    "schedule", [pytest.param("warmup_cosine", marks=pytest.mark.slow), "linear"]
+    "schedule",
+    [
+        pytest.param("warmup_cosine", marks=pytest.mark.slow),
+        "linear",
+        pytest.param("wsd", marks=pytest.mark.slow),
+        "wsd_cosine",
+    ],
 )
 def test_T5_T11_scheduled_gd_every_step(schedule):
     point = _core_point("gd", schedule, num=T1 + 1)
@@ -143,7 +236,12 @@ def test_T5_T11_scheduled_gd_every_step(schedule):
     assert _gd_residuals(A, B, prog, point, np.full(T1, ETA)) > 1e-2
     assert _gd_residuals(A, B, prog, point, np.asarray(eta_at(ks + 1, ETA, prog.schedule))) > 1e-3
     # The leading factor over k steps, Π(1 − η_jλ)², against GF's e^{−2λ∫η}: both shrink.
-    lead = theory.gd_scheduled_contraction(ETA, LAM, [0, T1], prog.schedule)
+    # (theory.gd_scheduled_etas builds η_k from optax for the older kinds only; for the
+    # wsd ones the product is taken over η(k) itself.)
+    if prog.schedule.wsd:
+        lead = [1.0, float(np.prod((1 - eta_k * LAM) ** 2))]
+    else:
+        lead = theory.gd_scheduled_contraction(ETA, LAM, [0, T1], prog.schedule)
     assert lead[0] == 1.0 and 0 < lead[1] < 1
 
 

@@ -42,6 +42,13 @@ def init_factors(
       ``W(0) = scale·U_r V_rᵀ``.
     - ``imbalanced``: the balanced start rescaled to ``(cA, B/c)`` — same product — with
       ``c`` chosen so that ``‖AᵀA − BᵀB‖_F = imbalance`` exactly.
+    - ``lora``: LoRA's start, A the Gaussian A of ``gaussian`` (N(0, scale²) entries, the
+      same draw) and B = 0 exactly, so W(0) = 0 and ``D(0) = AᵀA``: the balance gap
+      starts at ‖AᵀA‖_F. W = ABᵀ maps x ↦ A(Bᵀx), so B is the input side here, where
+      LoRA's zero factor (its B in ΔW = BA) is the output side: the same start up to
+      W ↦ Wᵀ. (A, 0) is no critical point: the B-gradient there is ∇L(0)ᵀA ≠ 0 in
+      general (only λA acts on A), so GD and gradient flow leave it at once; only
+      (0, 0), not used here, is the saddle that nothing leaves.
     """
     m, n = problem.shape
     ka, kb = jax.random.split(key)
@@ -49,6 +56,8 @@ def init_factors(
     B0 = scale * normal(kb, (n, r), dtype)
     if kind == "gaussian":
         return A0, B0
+    if kind == "lora":
+        return A0, jnp.zeros_like(B0)
     if kind == "spectral":
         U, _, Vt = linalg.svd(data["target"])
         root = jnp.sqrt(scale)
