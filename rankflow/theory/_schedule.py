@@ -89,7 +89,9 @@ def gd_scheduled_etas(eta: ArrayLike, k: ArrayLike, schedule: Schedule | None) -
     independently of its formulas: warmup_cosine is
     ``optax.warmup_cosine_decay_schedule(0, η, w, t1, fη)``, linear is
     ``optax.linear_schedule(0, η, w)`` joined at w to ``linear_schedule(η, fη, t1 − w)``;
-    after t1 both stay at fη, and without warmup the second part starts at once.
+    after t1 both stay at fη, and without warmup the second part starts at once. wsd and
+    wsd_cosine join the warmup, ``constant_schedule(η)`` and, at t1 − d, the tail
+    ``linear_schedule(η, fη, d)`` or ``cosine_decay_schedule(η, d, alpha=f)``.
 
     Examples:
       >>> from rankflow.numerics.schedules import Schedule
@@ -100,12 +102,28 @@ def gd_scheduled_etas(eta: ArrayLike, k: ArrayLike, schedule: Schedule | None) -
       >>> cosine = Schedule("warmup_cosine", warmup=0.0, final_fraction=0.0, t1=10.0)
       >>> gd_scheduled_etas(0.1, [0, 5, 10], cosine).round(6).tolist()  # ½η(1 + cos(πk/10))
       [0.1, 0.05, 0.0]
+      >>> wsd = Schedule("wsd", warmup=2.0, final_fraction=0.0, t1=10.0, decay=4.0)
+      >>> gd_scheduled_etas(0.1, [0, 1, 2, 6, 8, 10], wsd).round(6).tolist()
+      [0.0, 0.05, 0.1, 0.1, 0.05, 0.0]
     """
     k = np.asarray(k, np.int64)
     eta = float(eta)
     if schedule is None or schedule.constant:
         return np.full(k.shape, eta)
     w, f, t1 = schedule.warmup, schedule.final_fraction, schedule.t1
+    if schedule.wsd:  # warmup, η until t1 − d, then the tail to fη over d steps
+        d = schedule.decay
+        tail = (
+            optax.cosine_decay_schedule(eta, d, alpha=f)
+            if schedule.kind == "wsd_cosine"
+            else optax.linear_schedule(eta, f * eta, d)
+        )
+        parts = [optax.linear_schedule(0.0, eta, w)] if w > 0 else []
+        parts += [optax.constant_schedule(eta), tail]
+        bounds = ([w] if w > 0 else []) + [t1 - d]
+        with jax.enable_x64(True):
+            lr = optax.join_schedules(parts, bounds)
+            return np.asarray(lr(jnp.asarray(k, jnp.float64)), np.float64)
     if t1 <= w:  # nothing follows the warmup: the final value from its end on
         after = optax.constant_schedule(f * eta)
     elif schedule.kind == "warmup_cosine":

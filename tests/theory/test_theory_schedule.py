@@ -29,6 +29,23 @@ def test_T11_gd_scheduled_etas_match_the_schedules(kind, w):
     assert np.max(np.abs(theory.gd_scheduled_etas(0.3, ks, None) - ours)) > 0.2
 
 
+@pytest.mark.parametrize("kind", ["wsd", "wsd_cosine"])
+@pytest.mark.parametrize("w, d", [(0.0, 10.0), (7.0, 13.0), (20.0, 30.0)])
+def test_T11_gd_scheduled_etas_match_the_wsd_schedules(kind, w, d):
+    """The same for warmup–stable–decay (optax's join of warmup, constant and tail);
+    wrong versions: the tail starting at the warmup's end (no stable part), one step off."""
+    sch = Schedule(kind, w, 0.2, 50.0, decay=d)
+    ks = np.arange(70)
+    with jax.enable_x64(True):
+        ours = np.asarray(eta_at(ks.astype(np.float64), 0.3, sch))
+    ref = theory.gd_scheduled_etas(0.3, ks, sch)
+    np.testing.assert_allclose(ref, ours, rtol=0, atol=1e-15)
+    assert np.max(np.abs(theory.gd_scheduled_etas(0.3, ks + 1, sch) - ours)) > 1e-3
+    early = Schedule(kind, w, 0.2, 50.0, decay=50.0 - w)  # decays from the warmup's end
+    if d < 50.0 - w:
+        assert np.max(np.abs(theory.gd_scheduled_etas(0.3, ks, early) - ours)) > 1e-2
+
+
 def test_T11_gd_scheduled_etas_constant():
     assert theory.gd_scheduled_etas(0.1, [0, 5], Schedule()).tolist() == [0.1, 0.1]
     assert theory.gd_scheduled_etas(0.1, np.zeros((2, 3), int), None).shape == (2, 3)
