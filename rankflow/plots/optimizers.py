@@ -22,7 +22,12 @@ MOMENTUM = {
     "momentum": ("momentum, decoupled decay, vs momentum flow", "C4", "o"),
     "momentum_coupled": ("momentum, coupled decay, vs coupled momentum flow", "C5", "s"),
 }
-SCHEDULES = {"warmup_cosine": ("warmup-cosine", "C1"), "linear": ("linear", "C2")}
+SCHEDULES = {
+    "warmup_cosine": ("warmup-cosine", "C1"),
+    "linear": ("linear", "C2"),
+    "wsd": ("warmup–stable–decay", "C4"),
+    "wsd_cosine": ("warmup–stable–cosine decay", "C5"),
+}
 
 
 def _schedule(kind: str, i: int) -> tuple[str, str]:
