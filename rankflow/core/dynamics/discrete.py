@@ -12,7 +12,8 @@ their kinds chain ``add_decayed_weights(λ)`` before the learning rate as adamw 
 
 A kind with decoupled decay also gives its update direction ``u`` alone
 (:meth:`DiscreteKind.direction`), so that a step is ``θ ← θ − η_k(u + λθ)``: the attention
-family builds its optimizers (sgd, momentum, adamw, decay per parameter group) from it.
+family builds its optimizers (sgd, momentum, adamw, sign_gd, signum, lion, muon; decay per
+parameter group) from it, muon with its matrices named (``dimension_numbers``).
 """
 
 from __future__ import annotations
