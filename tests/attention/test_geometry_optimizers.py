@@ -162,3 +162,13 @@ def test_schema_and_track_know_the_new_optimizers():
         C.resolve({**TINY, "dynamics": {"kind": "schedule_free_adamw"}})
     with pytest.raises(Exception, match="dynamics.mu"):
         C.expand(C.resolve({**TINY, "dynamics": {"kind": "signum", "mu": 1.5}}))
+
+
+def test_help_lists_the_new_optimizers(capsys):
+    from rankflow import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["attention", "train", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one of: sgd, momentum, adamw, sign_gd, signum, lion, muon, gradient_flow" in text
