@@ -64,7 +64,10 @@ GROUPS = ("qk", "vo", "mlp", "embed", "norm")
 FACTORS = ("q", "k", "v", "o")
 TASK_KINDS = ("char_lm", "associative_recall", "in_context_regression", "images")
 POOLINGS = ("cls", "mean")
-OPTIMIZERS = ("sgd", "momentum", "adamw")
+# The optimizers: each the core family's kind of the same name, its direction with decay
+# per group (:func:`.optimizers.make_optimizer`); muon on the hidden matrices, AdamW on
+# the rest (:func:`.optimizers.muon_dimensions`).
+OPTIMIZERS = ("sgd", "momentum", "adamw", "sign_gd", "signum", "lion", "muon")
 KINDS = OPTIMIZERS + ("gradient_flow",)
 # Gradient flow steps adaptively: the ODE solvers with an error estimate.
 METHODS = solve_lib.methods(solve_lib.solves_odes, solve_lib.has_error_estimate)
@@ -184,7 +187,7 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "mu": Field(
             NUM,
             0.1,
-            "momentum: EMA weight of the new gradient, M ← (1−μ)M + μg",
+            "momentum, signum: EMA weight of the new gradient, M ← (1−μ)M + μg",
             gt(0),
             traced=True,
         ),
@@ -243,9 +246,9 @@ SECTIONS: dict[str, dict[str, Field]] = {
             )
             for u in FACTORS
         },
-        "b1": Field(NUM, 0.9, "adamw: β₁", _fraction),
-        "b2": Field(NUM, 0.999, "adamw: β₂", _fraction),
-        "eps": Field(NUM, 1e-8, "adamw: ε", gt(0)),
+        "b1": Field(NUM, 0.9, "adamw (muon: its AdamW leaves): β₁", _fraction),
+        "b2": Field(NUM, 0.999, "adamw (muon: its AdamW leaves): β₂", _fraction),
+        "eps": Field(NUM, 1e-8, "adamw: ε (muon: its one ε, both branches)", gt(0)),
     },
     "save": {
         "t1": Field(
@@ -388,9 +391,9 @@ def validate(cfg: Mapping[str, Any]) -> None:
                     f"{n} characters: the {split} split has {size}, fewer than "
                     f"task.seq_len + 1 = {need} (one window); got {t['val_fraction']}"
                 )
-    if dyn["kind"] == "momentum" and not dyn["mu"] <= 1:
+    if dyn["kind"] in ("momentum", "signum") and not dyn["mu"] <= 1:
         raise ConfigError(
-            f"dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in "
+            f"dynamics.mu: {dyn['kind']}'s momentum (EMA weight of the new gradient) must be in "
             f"(0, 1], got {dyn['mu']}"
         )
     if steps > MAX_STEPS:

@@ -8,7 +8,18 @@ Every optimizer is ``chain(direction, decay_g for g in train.decay, scale(−η)
 
 - ``sgd``: the (minibatch) gradient (GD of docs/theory.md on decayed groups);
 - ``momentum``: the EMA ``M ← (1−μ)M + μg`` (decoupled decay, docs/theory.md's table);
-- ``adamw``: Adam's direction; the chain is exactly ``optax.adamw`` with a mask.
+- ``adamw``: Adam's direction; the chain is exactly ``optax.adamw`` with a mask;
+- ``sign_gd``: ``sign(g)`` (``optax.sign_sgd``'s direction);
+- ``signum``: ``sign(M)``, ``M`` momentum's EMA (``optax.signum`` with β = 1 − μ);
+- ``lion``: ``optax.scale_by_lion``'s (its own β₁ = 0.9, β₂ = 0.99; μ is not read);
+- ``muon``: ``optax.contrib.muon``'s, with the matrices named by :func:`muon_dimensions`:
+  each head's W_Q^h, W_K^h, W_V^h (D×d_h) and W_O^h (d_h×D) and each MLP weight
+  orthogonalised (Nesterov momentum β = 0.95, Newton–Schulz), Adam's direction (muon's
+  own AdamW branch: Nesterov, ``train.b1``, ``train.b2``, ``train.eps``) on the
+  embeddings, positions, read-out, biases and LayerNorms.
+
+The decay ``λ_g θ`` is added after the direction and before η in every optimizer, on
+Muon's and Adam's leaves alike: ``ηλ_g`` per step, as in the core family's kinds.
 
 η, λ_g and μ are traced (one compilation serves a sweep of them); the masks are static.
 
@@ -37,6 +48,7 @@ __all__ = [
     "group_tree",
     "make_optimizer",
     "mask",
+    "muon_dimensions",
     "per_leaf_lam",
     "per_leaf_lr",
     "scale_per_leaf",
@@ -108,6 +120,33 @@ def mask(params, group: str):
     return jax.tree_util.tree_map_with_path(lambda p, _: group_of(p) == group, params)
 
 
+# The matrix axes of the attention factors (H×D×d_h and H×d_h×D): x W = y with W's
+# axis 1 the reduction (input) axis and axis 2 the output axis; the heads (axis 0) are
+# independent matrices (optax vmaps over batch axes).
+_HEAD_MATRIX = optax.contrib.MuonDimensionNumbers(reduction_axis=1, output_axis=2)
+_MATRIX = optax.contrib.MuonDimensionNumbers(reduction_axis=0, output_axis=1)
+
+
+def muon_dimensions(params):
+    """Muon's leaves and their matrix axes (optax's ``muon_weight_dimension_numbers``):
+    each head's attention factor (W_Q, W_K, W_V: D×d_h; W_O: d_h×D) and each 2-D MLP
+    weight (D×RD, RD×D); None (optax's AdamW branch) on everything else: the embeddings,
+    positions and read-out (Muon is for hidden layers' matrices, as in its reference
+    implementation), the biases and the LayerNorms (not matrices). optax's own rule
+    ("2-D is Muon") would put the 2-D embeddings on Muon and the per-head stacks (3-D)
+    on Adam, the opposite."""
+
+    def leaf(path, x):
+        group = group_of(path)
+        if group in ("qk", "vo") and _name(path[-1]).startswith("W_"):
+            return _HEAD_MATRIX
+        if group == "mlp" and x.ndim == 2:
+            return _MATRIX
+        return None
+
+    return jax.tree_util.tree_map_with_path(leaf, params)
+
+
 def per_leaf_lam(params, lam: Mapping[str, object], decay: Sequence[str]):
     """Each leaf's λ: its group's ``lam[g]`` when g is in ``decay``, else 0 (Python 0.0,
     so that undecayed leaves get no decay term at all)."""
@@ -127,13 +166,14 @@ def make_optimizer(
     eps: float = 1e-8,
     schedule: Schedule | None = None,
 ) -> optax.GradientTransformation:
-    """The optimizer ``kind`` (sgd, momentum, adamw) for parameters shaped like
+    """The optimizer ``kind`` (:data:`~.config.OPTIMIZERS`) for parameters shaped like
     ``params``, with ``hyper`` holding traced ``eta``, ``mu``, ``lam_<group>`` and
     (optionally) the multipliers ``lr_<group>``, ``lr_<factor>``, decay on the groups
     ``decay`` only and η following ``schedule``. The direction ``u`` is the registered
     dynamics kind's (ValueError for a kind without one)."""
     dynamics = DYNAMICS.get(kind)
-    direction = dynamics and dynamics.direction(hyper, b1=b1, b2=b2, eps=eps)
+    extra = {"dimension_numbers": muon_dimensions(params)} if kind == "muon" else {}
+    direction = dynamics and dynamics.direction(hyper, b1=b1, b2=b2, eps=eps, **extra)
     if direction is None:
         raise ValueError(f"dynamics.kind: no optimizer named {kind!r}")
     decays = [

@@ -161,9 +161,11 @@ def run_chunk(
 
 
 # Copies of the parameters a run holds: the parameters, gradients, updates and the
-# optimizer's state (AdamW: two moments; momentum: one), or gradient flow's Tsit5
-# stages (7), its two states and error estimate.
+# optimizer's state (AdamW: two moments; momentum, signum, lion: one; muon: one on its
+# matrices, two on its AdamW leaves), or gradient flow's Tsit5 stages (7), its two
+# states and error estimate.
 PARAM_COPIES = {"sgd": 3, "momentum": 4, "adamw": 5, "gradient_flow": 12}
+PARAM_COPIES |= {"sign_gd": 3, "signum": 4, "lion": 4, "muon": 5}
 # Bytes per pixel while images.render draws a set: its float64 work arrays (the
 # shape's coordinates, distance, ink, noise; measured: 48 bytes per pixel at 20,000 and
 # 40,000 images of 32²) and the float32 images kept.

@@ -13,7 +13,9 @@ step, by (docs/theory.md):
   (:func:`rankflow.theory.momentum_orbit_rate`);
 - a schedule (T11): ``Π_j (1 − η_jλ)²`` over the steps taken, so the measured decay is
   compared against the accumulated learning rate;
-- ``adamw``: no prediction (Adam's update is not a gradient).
+- ``adamw``, ``sign_gd``, ``signum``, ``lion``, ``muon`` (decoupled decay, ``ηλ`` per
+  step as ``optax.adamw``'s lr-multiplied weight_decay): no prediction (the update is
+  not a gradient).
 
 The measured rate is :func:`rankflow.fitting.fit_series` of each unit's ``balance_gap``
 against the step, over the window where it follows the law (found automatically, so that
@@ -35,7 +37,8 @@ from ._pairs import TrackError
 
 __all__ = ["KINDS", "Optimizer", "predicted_rates", "prediction_table"]
 
-KINDS = ("sgd", "gd", "momentum", "gradient_flow", "adamw")
+# The geometry kinds (the core family's, decay ηλ per step like adamw's): no prediction.
+KINDS = ("sgd", "gd", "momentum", "gradient_flow", "adamw", "sign_gd", "signum", "lion", "muon")
 # A fitted rate agrees with the prediction within this many of its standard errors.
 Z = 3.0
 

@@ -362,7 +362,7 @@ seed = [0, 1]
         ({"task": {"kind": "in_context_regression", "points": 12}}, "task.points", "≤ 8"),
         ({"task": {"max_chars": 60}}, "task.val_fraction", "must be in [0.15, 0.85]"),
         ({"task": {"max_chars": 17}}, "task.max_chars", "must be ≥ 2·(task.seq_len + 1) = 18"),
-        ({"dynamics": {"kind": "adam"}}, "dynamics.kind", "sgd, momentum, adamw, gradient_flow"),
+        ({"dynamics": {"kind": "adam"}}, "dynamics.kind", ", ".join(C.KINDS)),
         ({"solver": {"method": "euler"}}, "solver.method", "tsit5, dopri5, dopri8, bosh3"),
         ({"save": {"t1": 10}, "train": {"eval_every": 3}}, "train.eval_every", "must divide"),
         ({"attention": {"heads": 2}}, "attention.heads", "unknown key"),

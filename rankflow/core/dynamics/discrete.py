@@ -12,7 +12,8 @@ their kinds chain ``add_decayed_weights(λ)`` before the learning rate as adamw 
 
 A kind with decoupled decay also gives its update direction ``u`` alone
 (:meth:`DiscreteKind.direction`), so that a step is ``θ ← θ − η_k(u + λθ)``: the attention
-family builds its optimizers (sgd, momentum, adamw, decay per parameter group) from it.
+family builds its optimizers (sgd, momentum, adamw, sign_gd, signum, lion, muon; decay per
+parameter group) from it, muon with its matrices named (``dimension_numbers``).
 """
 
 from __future__ import annotations
@@ -253,10 +254,19 @@ class Muon(DiscreteKind):
             adam_weight_decay=hyper["lam"],
         )
 
-    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8):
+    def direction(self, hyper, *, b1=0.9, b2=0.999, eps=1e-8, dimension_numbers=None):
         # optax's muon without decay at learning rate −1: scale_by_learning_rate(−1) is
         # the identity, leaving each leaf's direction (Muon's, or Adam's off 2-D leaves).
-        return optax.contrib.muon(learning_rate=-1.0)
+        # b1, b2 are its Adam branch's, eps its one ε (optax's defaults are these);
+        # ``dimension_numbers`` (optax's muon_weight_dimension_numbers: a pytree of
+        # MuonDimensionNumbers, None on Adam's leaves) replaces optax's "2-D is Muon" rule.
+        return optax.contrib.muon(
+            learning_rate=-1.0,
+            eps=eps,
+            adam_b1=b1,
+            adam_b2=b2,
+            muon_weight_dimension_numbers=dimension_numbers,
+        )
 
     zero_loss_decay = staticmethod(laws.gd_decay)  # the orthogonalised 0 is 0
 
