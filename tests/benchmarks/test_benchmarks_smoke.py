@@ -2,6 +2,7 @@
 (issue #18): its tables agree with one CPU device's, it says so, and a table that
 differs is caught (exit status 1). ``python -m benchmarks.scaling --quick`` runs each
 device count in its own process and reports every column (slow: about a minute).
+``python -m benchmarks.muon_step --quick`` times GD and Muon at two sizes.
 ``python -m benchmarks.import_side_effects --quick`` finds a user's process unchanged by
 ``import rankflow`` (issue #27); ``python -m benchmarks.import_time`` times the import
 against jax's and a baseline checkout's (issue #28)."""
@@ -135,3 +136,18 @@ def test_sweep_scale_script_reports_the_plan_the_gaps_and_the_first_chunk(tmp_pa
     assert got["plan_s"] > 0 and got["gap_max_ms"] >= got["gap_median_ms"] > 0
     assert 0 < got["import_s"] < got["first_chunk_s"]
     assert "targets:" in res.stdout
+
+
+def test_muon_step_script_times_gd_and_muon_at_each_size(tmp_path):
+    """``python -m benchmarks.muon_step --quick`` (a few seconds): a row per size with
+    both sides timed and the ratio's spread around it (no timing asserted)."""
+    out = tmp_path / "muon.json"
+    res = _script("benchmarks.muon_step", "--quick", "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["d"] for r in rows] == [8, 16]
+    for r in rows:
+        assert all(t > 0 for k in ("gd", "muon") for t in r["step_s"][k])
+        assert r["ratio_min"] <= r["ratio_max"] and r["ratio"] > 0
+    table = [line for line in res.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 3 and "muon/gd" in table[0]
