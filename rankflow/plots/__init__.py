@@ -10,7 +10,7 @@ every figure are in :mod:`.common`.
 
 Modules, one per family: ``core`` (``rankflow run`` tables), ``compare``, ``inspect``,
 ``inspect_series`` (checkpoint series), ``attention``, ``rebuttal`` (the rebuttal
-experiments), ``reproduce``, ``depth``, ``noise`` and ``optimizers`` (the figures of
+experiments), ``reproduce``, ``depth``, ``geometry``, ``noise`` and ``optimizers`` (the figures of
 ``rankflow reproduce`` the others do not draw; ``balancing`` draws its balancing claims' figure);
 ``balance_panels`` holds the balance figure's predictions and panel labels, ``finish`` the
 finish of a ``reproduce`` figure (no labels on minor log ticks); ``common`` holds axis
@@ -21,6 +21,7 @@ from . import (
     attention,
     core,
     depth,
+    geometry,
     inspect,
     inspect_series,
     noise,
@@ -42,6 +43,7 @@ from .compare import write_compare_figures as write_compare_figures
 from .core import balance_figure as balance_figure
 from .core import quick_plot as quick_plot
 from .depth import depth_figure as depth_figure
+from .geometry import geometry_figure as geometry_figure
 from .inspect import inspect_layers_figure as inspect_layers_figure
 from .inspect import inspect_scatter_figure as inspect_scatter_figure
 from .inspect import inspection_figures as inspection_figures
@@ -77,6 +79,7 @@ __all__ += (
     attention.__all__
     + core.__all__
     + depth.__all__
+    + geometry.__all__
     + inspect.__all__
     + inspect_series.__all__
     + noise.__all__

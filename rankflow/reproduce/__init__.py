@@ -2,7 +2,7 @@
 verdict report.
 
 Each experiment is one module (``toy``, ``balancing``, ``rank``, ``discrete``,
-``optimizers``, ``noise``, ``attention``, ``rebuttal``, ``depth``, ``reference``,
+``optimizers``, ``geometry``, ``noise``, ``attention``, ``rebuttal``, ``depth``, ``reference``,
 ``pretrained``) with a ``run_experiment(ctx)`` that runs its configs from
 ``sims/reproduce/`` through the same machinery as the rest of rankflow (``rankflow.run``,
 ``rankflow.compare``, ``rankflow.attention``, ``rankflow.inspect``), writes tables and
@@ -43,6 +43,7 @@ EXPERIMENTS = {
     "rank": "rank",
     "discrete": "discrete",
     "optimizers": "optimizers",
+    "geometry": "geometry",
     "noise": "noise",
     "attention": "attention",
     "rebuttal": "rebuttal",

@@ -15,19 +15,20 @@ TITLES = {
     "rank": "3. Rank against λ: matrix sensing and completion",
     "discrete": "4. Discrete against continuous",
     "optimizers": "5. Momentum optimizers and learning-rate schedules",
-    "noise": "6. The noise of real SGD",
-    "attention": "7. Attention",
-    "rebuttal": "8. The rebuttal's experiments",
-    "depth": "9. Depth L",
-    "reference": "10. A training reference for checkpoints",
-    "pretrained": "11. A pretrained checkpoint",
+    "geometry": "6. Bounded updates with decoupled decay: sign descent, Lion, Muon",
+    "noise": "7. The noise of real SGD",
+    "attention": "8. Attention",
+    "rebuttal": "9. The rebuttal's experiments",
+    "depth": "10. Depth L",
+    "reference": "11. A training reference for checkpoints",
+    "pretrained": "12. A pretrained checkpoint",
 }
 MARK = {"pass": "✅ pass", "fail": "❌ FAIL", "observation": "observation"}
 
 
 # The text under the summary line: how to read a claim and its sides.
 READING = (
-    "How to read this: each row is one statement of docs/theory.md (labels T1–T13) or of the "
+    "How to read this: each row is one statement of docs/theory.md (labels T1–T14) or of the "
     "paper, turned into a test. *Prediction* is what the theory says, *measurement* what "
     "the experiment found, *tolerance* the test that decides the *verdict* and where it "
     "comes from (float64 rounding for exact identities, a fit's own error for rates, "

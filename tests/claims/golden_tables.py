@@ -130,7 +130,9 @@ def produce(name: str, tmp: Path, x64: bool = True) -> dict[str, pd.DataFrame]:
     if kind == "run":
         import rankflow
 
-        return {"": rankflow.run(SIMS / f"{name}.toml", overrides=over)}
+        df = rankflow.run(SIMS / f"{name}.toml", overrides=over)
+        df.attrs = {}  # save.states' factors (df.attrs["states"]): the capture is the table
+        return {"": df}
     if kind == "compare":
         from rankflow.compare import compare
 

@@ -267,6 +267,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
     import test_mutants_attention
     import test_mutants_depth
     import test_mutants_discrete
+    import test_mutants_geometry
     import test_mutants_noise
     import test_mutants_optimizers
     import test_mutants_reference
@@ -277,6 +278,7 @@ def test_every_claim_that_can_pass_has_a_mutant():
         | set(test_mutants_attention.MUTANT_CLAIMS)
         | set(test_mutants_depth.MUTANT_CLAIMS)
         | set(test_mutants_discrete.MUTANT_CLAIMS)
+        | set(test_mutants_geometry.MUTANT_CLAIMS)
         | set(test_mutants_noise.MUTANT_CLAIMS)
         | set(test_mutants_optimizers.MUTANT_CLAIMS)
         | set(test_mutants_reference.MUTANT_CLAIMS)

@@ -76,6 +76,9 @@ DYNAMICS_NAMES = {
     "sgd_gaussian": ("SGD, Gaussian noise", "SGD", "sgd_gaussian"),
     "momentum": ("momentum",),
     "adamw": ("AdamW", "adamw"),
+    "sign_gd": ("sign descent", "sign_gd"),
+    "lion": ("Lion", "lion"),
+    "muon": ("Muon", "muon"),
 }
 # Results that are statements about one dynamics: a title citing them refers to it.
 THEOREM_OF = {"T4": "gradient_flow"}
