@@ -67,9 +67,9 @@ def geometry_figure(
                 lw=1.5 if kind != "lion" else 3, alpha=0.8 if kind != "lion" else 0.4,
                 label=label)  # fmt: skip
     g = balance.sort_values("t").drop_duplicates("t")
-    ax.plot(g["t"], g["decay"], "k--", lw=1, label="(1 − ηλ)^{2k}")
+    ax.plot(g["t"], g["decay"], "k--", lw=1, label="(1 − ηλ)²ᵏ")
     ax.set(yscale="log", xlabel="step k", ylabel="‖D_k‖_F / ‖D_0‖_F")
-    ax.set_title("(c) balance gap against (1 − ηλ)^{2k}", fontsize="medium")
+    ax.set_title("(c) balance gap against (1 − ηλ)²ᵏ", fontsize="medium")
     ax.legend(fontsize="small")
     return finish_figure(
         fig, axes, "T14: decoupled decay bounds the factors at ρ/λ in the update's norm", out_path

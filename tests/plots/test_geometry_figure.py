@@ -42,5 +42,5 @@ def test_geometry_figure(monkeypatch, tmp_path):
     (fig,) = figs
     check_figure(fig, {"gd", "sign_gd", "lion", "muon"}, "geometry", t_end=200.0)
     assert (tmp_path / "geometry.png").stat().st_size > 0
-    # Panel (c): one gap curve per optimizer and the dashed (1 − ηλ)^{2k}.
+    # Panel (c): one gap curve per optimizer and the dashed (1 − ηλ)²ᵏ.
     assert len(fig.axes[2].get_lines()) == balance["dynamics.kind"].nunique() + 1
