@@ -393,8 +393,8 @@ def validate(cfg: Mapping[str, Any]) -> None:
                 )
     if dyn["kind"] in ("momentum", "signum") and not dyn["mu"] <= 1:
         raise ConfigError(
-            f"dynamics.mu: {dyn['kind']}'s momentum (EMA weight of the new gradient) must be in "
-            f"(0, 1], got {dyn['mu']}"
+            f"dynamics.mu: discrete momentum (EMA weight of the new gradient) must be in "
+            f"(0, 1] ({dyn['kind']}), got {dyn['mu']}"
         )
     if steps > MAX_STEPS:
         raise ConfigError(f"save.t1: at most {MAX_STEPS} (a 32-bit step count), got {steps}")
