@@ -51,8 +51,9 @@ def _discrete_path(kind):
     theta = _theta0()
     state, out = opt.init(theta), [theta]
     zeros = jax.tree.map(jnp.zeros_like, theta)
+    update = jax.jit(opt.update)  # Muon's Newton–Schulz is slow op by op
     for _ in range(STEPS):
-        updates, state = opt.update(zeros, state, theta)
+        updates, state = update(zeros, state, theta)
         theta = optax.apply_updates(theta, updates)
         out.append(theta)
     return np.arange(STEPS + 1), out
@@ -131,8 +132,17 @@ def _run_config(kind, x64):
             "save": {"t1": 10, "num": 3}}  # fmt: skip
 
 
-@pytest.mark.parametrize("x64", [True, False], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", KINDS)
+def _precisions():
+    """Every kind in both precisions; by default each kind in one of them (alternating
+    along the registry, so both precisions run every default time), the other under
+    ``slow``: a run compiles its own program, ~2 s a flow."""
+    for i, name in enumerate(KINDS):
+        for x64 in (True, False):
+            marks = [pytest.mark.slow] if x64 == bool(i % 2) else []
+            yield pytest.param(name, x64, marks=marks, id=f"{name}-{'f64' if x64 else 'f32'}")
+
+
+@pytest.mark.parametrize("name, x64", list(_precisions()))
 def test_runs(name, x64):
     df = rankflow.run(_run_config(DYNAMICS[name], x64))
     assert len(df) == 3 and set(df["dynamics.kind"]) == {name}
