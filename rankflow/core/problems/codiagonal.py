@@ -13,12 +13,13 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, PRNGKeyArray, Scalar
+from jaxtyping import Array, Float, PRNGKeyArray, Scalar
 
 from ...config.fields import LIST, ConfigError, Field
 from ...numerics import linalg
 from . import base
-from .base import Data, Keys, Minibatch, Problem, register_problem
+from .base import Data, Keys, Problem, register_problem
+from .regression import Regression
 
 
 def default_variances(n: int) -> tuple[float, ...]:
@@ -134,15 +135,10 @@ class Codiagonal(Problem):
         E = E - (E @ Q) @ Q.T  # off the inputs' row space: E Xᵀ = 0, S stays W* C
         return {"target": target, "X": X, "Y": target @ X + noise * E}
 
-    def sample_losses(self, W: Float[Array, "m n"], data: Data) -> Float[Array, " N"]:
-        return 0.5 * jnp.sum((W @ data["X"] - data["Y"]) ** 2, axis=0)
-
-    def batch_loss(
-        self, W: Float[Array, "m n"], data: Data, idx: Int[Array, " batch"] | Minibatch | None
-    ) -> Float[Array, ""]:
-        take = base.taker(idx)
-        R = W @ take(data["X"], 1) - take(data["Y"], 1)
-        return 0.5 * base.batch_mean(jnp.sum(R**2, axis=0), idx)
+    # The loss is regression's, (1/2N)‖WX − Y‖_F² per point and on a minibatch: only the
+    # inputs' covariance differs, and that lives in the data.
+    sample_losses = Regression.sample_losses
+    batch_loss = Regression.batch_loss
 
     def lipschitz_constant(self, data: Data) -> Float[Array, ""]:
         """``max cᵢ``: the Hessian of L is ``C ⊗ I_m``, whose top eigenvalue is C's."""
